@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The front door: set up .venv, build the default run if it is not built yet, serve the
+# dashboard on 127.0.0.1:8501. Extra arguments go to `python -m vqlc_core build`.
+set -euo pipefail
+cd "$(dirname "$0")"
+scripts/setup.sh requirements.txt
+export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}" TRANSFORMERS_OFFLINE="${TRANSFORMERS_OFFLINE:-1}"
+.venv/bin/python -m vqlc_core build --preset default "$@"
+ADDRESS="${VQLC_ADDRESS:-127.0.0.1}"
+PORT="${VQLC_PORT:-8501}"
+echo "vqlc: serving the dashboard on http://$ADDRESS:$PORT"
+exec .venv/bin/python -m streamlit run app.py --server.address "$ADDRESS" --server.port "$PORT" \
+  --server.headless true --browser.gatherUsageStats false

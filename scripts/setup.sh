@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Creates or reuses .venv and installs the pinned requirements (torch first, CPU build).
+# Usage: scripts/setup.sh [requirements file]. Reinstalls only when the file changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+req="${1:-requirements.txt}"
+PY="${PYTHON:-}"
+if [ -z "$PY" ]; then
+  for c in python3.11 python3 python; do
+    if command -v "$c" >/dev/null 2>&1; then PY="$c"; break; fi
+  done
+fi
+[ -n "$PY" ] || { echo "vqlc: Python 3.11 is needed but no python3 was found on PATH." >&2; exit 1; }
+if [ ! -x .venv/bin/python ]; then
+  echo "vqlc: creating .venv with $($PY --version)"
+  "$PY" -m venv .venv
+fi
+stamp=".venv/.installed-$(basename "$req")"
+want=$(cat "$req" requirements.txt | sha256sum | cut -d' ' -f1)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
+fi
+echo "vqlc: installing $req into .venv (first time: a few minutes)"
+.venv/bin/python -m pip install -q --upgrade pip
+# torch first and pinned: its CPU wheel; an unpinned torch would pull a CUDA build.
+.venv/bin/python -m pip install -q "torch==2.13.0"
+.venv/bin/python -m pip install -q -r "$req"
+echo "$want" > "$stamp"

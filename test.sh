@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Sets up .venv with runtime and test dependencies and runs the whole pytest suite (slow and
+# browser tests included). Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")"
+scripts/setup.sh requirements-test.txt
+# Real-browser tests drive Debian's chromium (playwright cannot download a browser here).
+if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  echo "vqlc: installing Debian's chromium for the browser tests"
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+    || echo "vqlc: could not install chromium; browser tests will be skipped" >&2
+fi
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+exec .venv/bin/python -m pytest "$@"

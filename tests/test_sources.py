@@ -1,0 +1,217 @@
+"""Datasets and models from their sources: presets on real data, user files, and each mistake a
+user can make answered with one clear sentence."""
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from vqlc_core.sources import SourceError, load_dataset, load_model, resolve_model, split_dataset
+
+CACHE = Path(__file__).resolve().parents[1] / "cache"  # the project's git-ignored cache: downloads happen once
+
+
+@pytest.fixture(scope="session")
+def cache_dir() -> Path:
+    CACHE.mkdir(exist_ok=True)
+    return CACHE
+
+
+@pytest.fixture(scope="session")
+def mr(cache_dir):
+    return load_dataset("mr", cache_dir=cache_dir)
+
+
+@pytest.fixture(scope="session")
+def movies(cache_dir):
+    return load_dataset("movies", cache_dir=cache_dir)
+
+
+# ---------------------------------------------------------------- presets
+
+
+def test_mr_has_4000_balanced_sentences(mr):
+    assert len(mr.texts) == 4000
+    assert mr.labels.dtype == np.int64
+    assert np.bincount(mr.labels).tolist() == [2000, 2000]
+    assert mr.class_names == ["negative", "positive"]
+    assert mr.groups is None
+    assert mr.texts[0].startswith("the rock is destined to be the 21st century's new")
+
+
+def test_mr_loads_from_its_parquet_cache_without_the_tarball(mr, cache_dir):
+    assert (cache_dir / "datasets" / "mr.parquet").is_file()
+    start = time.perf_counter()
+    again = load_dataset("mr", cache_dir=cache_dir)
+    assert time.perf_counter() - start < 2
+    assert again.texts == mr.texts and (again.labels == mr.labels).all()
+
+
+def test_movies_sentences_carry_their_reviews_label(movies, cache_dir):
+    assert len(np.unique(movies.groups)) == 1500
+    assert len(movies.texts) > 30_000 and all(t.strip() for t in movies.texts)
+    per_review = pd.DataFrame({"g": movies.groups, "y": movies.labels}).groupby("g")["y"]
+    assert (per_review.nunique() == 1).all()
+    assert np.bincount(per_review.first().to_numpy()).tolist() == [750, 750]
+
+
+def test_movies_groups_never_straddle_splits(movies):
+    split = split_dataset(movies.labels, movies.groups, seed=0)
+    per_review = pd.DataFrame({"g": movies.groups, "s": split}).groupby("g")["s"].nunique()
+    assert (per_review == 1).all()
+    reviews = pd.DataFrame({"g": movies.groups, "s": split}).drop_duplicates("g")["s"].value_counts()
+    assert reviews.to_dict() == {"train": 1200, "dev": 150, "test": 150}
+
+
+def test_bbc_has_2225_articles_in_five_sorted_topics():
+    bbc = load_dataset("bbc")
+    assert len(bbc.texts) == 2225
+    counts = dict(zip(bbc.class_names, np.bincount(bbc.labels).tolist()))
+    assert counts == {"business": 510, "entertainment": 386, "politics": 417, "sport": 511, "tech": 401}
+    assert all("\n" not in t and "  " not in t for t in bbc.texts)
+
+
+def test_limit_keeps_a_seeded_stratified_subset(mr, cache_dir):
+    a = load_dataset("mr", cache_dir=cache_dir, limit=200, seed=3)
+    b = load_dataset("mr", cache_dir=cache_dir, limit=200, seed=3)
+    c = load_dataset("mr", cache_dir=cache_dir, limit=200, seed=4)
+    assert len(a.texts) == 200 and np.bincount(a.labels).tolist() == [100, 100]
+    assert a.texts == b.texts and a.texts != c.texts
+    assert set(a.texts) <= set(mr.texts)
+
+
+# ---------------------------------------------------------------- splits
+
+
+def test_split_is_stratified_and_deterministic_for_a_seed(mr):
+    split = split_dataset(mr.labels, seed=0)
+    assert (split == split_dataset(mr.labels, seed=0)).all()
+    assert not (split == split_dataset(mr.labels, seed=1)).all()
+    for c in (0, 1):
+        counts = pd.Series(split[mr.labels == c]).value_counts().to_dict()
+        assert counts == {"train": 1600, "dev": 200, "test": 200}
+
+
+def test_split_rejects_fractions_that_do_not_sum_to_one():
+    with pytest.raises(SourceError, match="sum to 1"):
+        split_dataset(np.array([0, 1, 0, 1]), fractions=(0.8, 0.3, 0.1))
+
+
+# ---------------------------------------------------------------- user files
+
+ROWS = [("a fine film", "pos"), ("a dull film", "neg"), ("great acting", "pos"), ("boring plot", "neg"),
+        ("lovely score", "pos"), ("weak ending", "neg")]
+
+
+def _frame() -> pd.DataFrame:
+    return pd.DataFrame({"review": [t for t, _ in ROWS], "sentiment": [y for _, y in ROWS], "extra": range(6)})
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".parquet"])
+def test_user_file_roundtrips_with_custom_columns(tmp_path, suffix):
+    path = tmp_path / f"reviews{suffix}"
+    df = _frame()
+    if suffix == ".csv":
+        df.to_csv(path, index=False)
+    elif suffix == ".jsonl":
+        df.to_json(path, orient="records", lines=True)
+    else:
+        df.to_parquet(path, index=False)
+    ds = load_dataset(str(path), text_column="review", label_column="sentiment")
+    assert ds.name == "reviews"
+    assert ds.texts == [t for t, _ in ROWS]
+    assert ds.class_names == ["neg", "pos"]
+    assert ds.labels.tolist() == [1, 0, 1, 0, 1, 0]
+
+
+def test_integer_labels_sort_as_numbers(tmp_path):
+    path = tmp_path / "numbers.csv"
+    pd.DataFrame({"text": ["a", "b", "c", "d"], "label": [10, 2, 2, 10]}).to_csv(path, index=False)
+    ds = load_dataset(str(path))
+    assert ds.class_names == ["2", "10"] and ds.labels.tolist() == [1, 0, 0, 1]
+
+
+def _write(tmp_path: Path, name: str, content: str | bytes) -> str:
+    path = tmp_path / name
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    return str(path)
+
+
+@pytest.mark.parametrize("make, kwargs, phrase", [
+    (lambda d: str(d / "absent.csv"), {}, "was not found"),
+    (lambda d: "imdb", {}, "presets mr, movies, bbc"),
+    (lambda d: _write(d, "cols.csv", "body,label\nhi,1\nho,0\n"), {}, "no text column 'text' \\(columns found: 'body', 'label'\\)"),
+    (lambda d: _write(d, "cols.csv", "text,y\nhi,1\nho,0\n"), {}, "no label column 'label'"),
+    (lambda d: _write(d, "empty.csv", ""), {}, "is empty"),
+    (lambda d: _write(d, "header.csv", "text,label\n"), {}, "has no rows"),
+    (lambda d: _write(d, "latin.csv", "text,label\ncaf\xe9,1\nthé,0\n".encode("latin-1")), {}, "not UTF-8"),
+    (lambda d: _write(d, "gaps.csv", "text,label\na,1\nb,\nc,0\nd,\n"), {}, "2 of 4 rows .* have no label"),
+    (lambda d: _write(d, "one.csv", "text,label\na,pos\nb,pos\n"), {}, "single class \\('pos'\\)"),
+    (lambda d: _write(d, "broken.parquet", "not parquet at all"), {}, "could not be read as parquet"),
+    (lambda d: _write(d, "broken.jsonl", '{"text": "a", "label": 1}\n{oops\n'), {}, "could not be read as JSON lines"),
+    (lambda d: _write(d, "data.txt", "text,label\na,1\n"), {}, "not a .csv, .jsonl, .json or .parquet file"),
+    (lambda d: _write(d, "big.csv", "text,label\n" + "a,1\nb,0\n" * 400), {"max_bytes": 1000}, "above the .* limit"),
+    (lambda d: _write(d, "ok.csv", "text,label\na,1\nb,0\nc,2\n"), {"limit": 2}, "at least 3"),
+])
+def test_each_user_mistake_is_one_helpful_sentence(tmp_path, make, kwargs, phrase):
+    with pytest.raises(SourceError, match=phrase) as info:
+        load_dataset(make(tmp_path), **kwargs)
+    message = str(info.value)
+    assert "\n" not in message and message.endswith(".")
+
+
+# ---------------------------------------------------------------- models
+
+
+def test_minilm_resolves_and_loads_as_a_frozen_mean_pooled_encoder():
+    source = resolve_model("minilm")
+    assert (source.kind, source.is_classifier, source.pooling) == ("encoder", False, "mean")
+    tok, model = load_model(source)
+    assert tok.is_fast
+    assert model.config.hidden_size == 384 and model.config.num_hidden_layers == 6
+    assert not model.training and not any(p.requires_grad for p in model.parameters())
+
+
+def test_a_local_directory_resolves_from_its_config(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForSequenceClassification"]}))
+    source = resolve_model(str(tmp_path))
+    assert (source.kind, source.is_classifier, source.pooling) == ("decoder", True, "last")
+
+
+@pytest.mark.parametrize("spec, phrase", [
+    ("bert-base-uncased", "presets minilm, smollm2-135m"),
+    ("nobody/no-such-model", "could not be loaded from the Hugging Face hub \\(offline or not found\\)"),
+    ("/nowhere/model.gguf", "was not found"),
+])
+def test_unusable_models_are_one_helpful_sentence(spec, phrase, monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # no 30 s of retries in tests
+    with pytest.raises(SourceError, match=phrase) as info:
+        resolve_model(spec)
+    assert "\n" not in str(info.value)
+
+
+def test_a_directory_without_config_is_refused(tmp_path):
+    with pytest.raises(SourceError, match="has no config.json"):
+        resolve_model(str(tmp_path))
+
+
+@pytest.mark.slow
+def test_smollm2_converts_once_to_a_30_layer_decoder(cache_dir):
+    source = resolve_model("smollm2-135m", cache_dir=cache_dir)
+    assert (source.kind, source.is_classifier, source.pooling) == ("decoder", False, "last")
+    weights = Path(source.path) / "model.safetensors"
+    stamp = weights.stat().st_mtime_ns
+    start = time.perf_counter()
+    again = resolve_model("smollm2-135m", cache_dir=cache_dir)
+    assert time.perf_counter() - start < 1
+    assert again == source and weights.stat().st_mtime_ns == stamp
+    tok, model = load_model(source)
+    assert type(model).__name__ == "LlamaForCausalLM"
+    assert model.config.num_hidden_layers == 30 and model.config.hidden_size == 576
+    assert tok.is_fast and tok.pad_token is not None
+    assert not any(p.requires_grad for p in model.parameters())

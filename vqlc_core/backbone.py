@@ -1,0 +1,224 @@
+"""The frozen backbone: tokenization with word alignment, a forward pass that stops at layer l,
+the pooled prediction representation, and the hook context managers the explainer uses.
+
+Layers are counted like `output_hidden_states`: layer 0 is the embedding output and layer l
+(1..n) is the output of transformer block l. Every model, encoder or decoder, goes through the
+same code: the blocks are found as the model's ModuleList of `num_hidden_layers` modules.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+import torch
+from torch import nn
+
+from .runio import RunError
+
+POOLINGS = ("cls", "mean", "last")
+AGGREGATIONS = ("last", "first", "mean")
+
+
+class _StopForward(Exception):
+    """Raised by the capture hook to end a forward pass early, above layer l."""
+
+
+def find_blocks(model: nn.Module) -> nn.ModuleList:
+    """The transformer blocks of any Hugging Face model: its ModuleList of num_hidden_layers."""
+    n = model.config.num_hidden_layers
+    best = None
+    for _, mod in model.named_modules():
+        if isinstance(mod, nn.ModuleList) and len(mod) == n:
+            best = mod
+            break
+    if best is None:
+        raise RunError(f"Could not find the {n} transformer blocks of {type(model).__name__}.")
+    return best
+
+
+def _hidden(output):
+    return output[0] if isinstance(output, tuple) else output
+
+
+def _replace_hidden(output, hidden):
+    return (hidden,) + tuple(output[1:]) if isinstance(output, tuple) else hidden
+
+
+@dataclass
+class WordSpan:
+    """One word of a text: its characters, its position in the text and its token positions."""
+
+    word: str
+    start: int
+    end: int
+    tokens: list[int]
+
+
+class Backbone:
+    """A frozen Hugging Face model with word-aligned tokenization and layer-l access."""
+
+    def __init__(self, tokenizer, model: nn.Module, kind: str, pooling: str, max_length: int = 256,
+                 name: str = "", is_classifier: bool = False):
+        if not getattr(tokenizer, "is_fast", False):
+            raise RunError("vqlc needs a fast tokenizer (word alignment comes from its word ids).")
+        if pooling not in POOLINGS:
+            raise RunError(f"Unknown pooling '{pooling}'; choose one of {', '.join(POOLINGS)}.")
+        self.tokenizer, self.model, self.kind, self.pooling = tokenizer, model.eval(), kind, pooling
+        self.max_length, self.name, self.is_classifier = max_length, name, is_classifier
+        self.model.requires_grad_(False)
+        self.tokenizer.padding_side = "right"  # causal models: pads after the text change nothing before them
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.blocks = find_blocks(model)
+        self.base = self._base_model(model)
+        # Decoders whose tokenizer adds no BOS get one prepended: the first position of a
+        # decoder is an attention sink with outlying states, and it should not be a word.
+        self.add_bos = kind == "decoder" and tokenizer.bos_token_id is not None and \
+            tokenizer("a")["input_ids"][0] != tokenizer.bos_token_id
+
+    @classmethod
+    def from_source(cls, source, dtype=torch.float32, max_length: int = 256, pooling: str | None = None):
+        from .sources import load_model
+
+        tok, model = load_model(source, dtype=dtype)
+        return cls(tok, model, source.kind, pooling or source.pooling, max_length, source.name, source.is_classifier)
+
+    @staticmethod
+    def _base_model(model):
+        """The model without its LM or classification head (its forward returns hidden states)."""
+        base = getattr(model, "base_model", model)
+        return base if base is not None else model
+
+    @property
+    def n_layers(self) -> int:
+        return self.model.config.num_hidden_layers
+
+    @property
+    def hidden_size(self) -> int:
+        return self.model.config.hidden_size
+
+    def check_layer(self, layer: int) -> int:
+        if not isinstance(layer, (int, np.integer)) or not 1 <= layer <= self.n_layers:
+            raise RunError(f"Layer {layer} is outside the model: {self.name or 'it'} has layers 1..{self.n_layers}.")
+        return int(layer)
+
+    # --- tokenization -------------------------------------------------------------------
+    def tokenize(self, texts: list[str]):
+        """A padded batch and, per text, its words with their token positions."""
+        texts = [t if t.strip() else " " for t in texts]
+        if self.add_bos:
+            texts = [self.tokenizer.bos_token + t for t in texts]
+        enc = self.tokenizer(texts, return_tensors="pt", padding=True, truncation=True,
+                             max_length=self.max_length, return_offsets_mapping=True)
+        shift = len(self.tokenizer.bos_token) if self.add_bos else 0
+        words = [self._words(enc, i, texts[i], shift) for i in range(len(texts))]
+        enc.pop("offset_mapping")
+        return enc, words
+
+    def _words(self, enc, i: int, text: str, shift: int) -> list[WordSpan]:
+        spans: dict[int, WordSpan] = {}
+        offsets = enc["offset_mapping"][i].tolist()
+        special = set(self.tokenizer.all_special_ids)
+        ids = enc["input_ids"][i].tolist()
+        for pos, wid in enumerate(enc.word_ids(i)):
+            if wid is None or ids[pos] in special:
+                continue
+            s, e = offsets[pos]
+            if e <= s or e <= shift:
+                continue
+            sp = spans.get(wid)
+            if sp is None:
+                spans[wid] = WordSpan("", s, e, [pos])
+            else:
+                sp.start, sp.end = min(sp.start, s), max(sp.end, e)
+                sp.tokens.append(pos)
+        out = []
+        for sp in spans.values():
+            word = text[sp.start : sp.end].strip()
+            if word:
+                out.append(WordSpan(word, sp.start - shift, sp.end - shift, sp.tokens))
+        return out
+
+    # --- forward passes -----------------------------------------------------------------
+    @torch.inference_mode()
+    def states_at(self, enc, layer: int, autocast_dtype=None) -> torch.Tensor:
+        """Hidden states (B, T, d) at `layer`; blocks above it are never run."""
+        layer = self.check_layer(layer)
+        with capture(self, layer, stop=True) as got, _autocast(autocast_dtype):
+            try:
+                self.base(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])
+            except _StopForward:
+                pass
+        return got["h"].float()
+
+    def final_states(self, enc, autocast_dtype=None) -> torch.Tensor:
+        """Last-layer hidden states (B, T, d) as the model's head reads them (final norm applied)."""
+        with _autocast(autocast_dtype):
+            out = self.base(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])
+        return out.last_hidden_state.float()
+
+    def pool(self, hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str | None = None) -> torch.Tensor:
+        """The prediction representation (B, d): CLS (first token), mean over the text, or last token."""
+        pooling = pooling or self.pooling
+        if pooling == "cls":
+            return hidden[:, 0]
+        m = attention_mask.to(hidden.dtype)
+        if pooling == "mean":
+            return (hidden * m[..., None]).sum(1) / m.sum(1, keepdim=True).clamp(min=1)
+        last = attention_mask.long().sum(1) - 1  # right padding: the last real token
+        return hidden[torch.arange(hidden.shape[0]), last]
+
+
+def aggregate_words(hidden: torch.Tensor, words: list[WordSpan], how: str = "last") -> torch.Tensor:
+    """One vector per word (W, d) from one text's states (T, d): last, first or mean sub-word."""
+    if not words:
+        return hidden.new_zeros((0, hidden.shape[-1]))
+    if how == "last":
+        return hidden[[w.tokens[-1] for w in words]]
+    if how == "first":
+        return hidden[[w.tokens[0] for w in words]]
+    return torch.stack([hidden[w.tokens].mean(0) for w in words])
+
+
+@contextmanager
+def _autocast(dtype):
+    if dtype is None:
+        yield
+    else:
+        with torch.autocast("cpu", dtype=dtype):
+            yield
+
+
+@contextmanager
+def capture(backbone: Backbone, layer: int, stop: bool = False) -> Iterator[dict]:
+    """Record the output of block `layer` in the yielded dict under "h"; with stop=True, end
+    the forward pass there. The hook is removed in `finally`."""
+    got: dict = {}
+
+    def hook(module, args, output):
+        got["h"] = _hidden(output)
+        if stop:
+            raise _StopForward
+
+    handle = backbone.blocks[layer - 1].register_forward_hook(hook)
+    try:
+        yield got
+    finally:
+        handle.remove()
+
+
+@contextmanager
+def edit_layer(backbone: Backbone, layer: int, fn) -> Iterator[None]:
+    """Replace block `layer`'s hidden output h by fn(h) for every forward inside the block."""
+
+    def hook(module, args, output):
+        return _replace_hidden(output, fn(_hidden(output)))
+
+    handle = backbone.blocks[layer - 1].register_forward_hook(hook)
+    try:
+        yield
+    finally:
+        handle.remove()

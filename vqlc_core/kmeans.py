@@ -1,0 +1,130 @@
+"""K-Means, the paper's first baseline: a thin wrapper around scikit-learn whose centroids are
+the concepts. `KMeans` holds all of its fit rows in memory (the point of the comparison);
+`minibatch=True` streams them through `MiniBatchKMeans.partial_fit` instead.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from sklearn.cluster import KMeans, MiniBatchKMeans
+
+from .methods import ConceptMethod, load_method, save_method
+
+_CHUNK = 65536  # rows per distance block, so predicting a large X stays bounded in memory
+
+
+def squared_distances(X: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """(N, K) squared Euclidean distances between the rows of X and of C, clipped at 0."""
+    X = np.asarray(X, dtype=np.float32)
+    d2 = (X * X).sum(1)[:, None] - 2.0 * (X @ C.T) + (C * C).sum(1)[None, :]
+    return np.maximum(d2, 0.0)
+
+
+def nearest_centroid(X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Index of the closest centroid for every row of X, and its squared distance."""
+    X = np.asarray(X, dtype=np.float32)
+    ids = np.empty(len(X), dtype=np.int64)
+    d2 = np.empty(len(X), dtype=np.float32)
+    for s in range(0, len(X), _CHUNK):
+        block = squared_distances(X[s : s + _CHUNK], C)
+        ids[s : s + _CHUNK] = block.argmin(1)
+        d2[s : s + _CHUNK] = block[np.arange(len(block)), ids[s : s + _CHUNK]]
+    return ids, d2
+
+
+def softmax_neg_distances(X: np.ndarray, C: np.ndarray, temperature: float) -> np.ndarray:
+    """(N, K) softmax of -||x - c||² / temperature over the centroids."""
+    logits = -squared_distances(X, C).astype(np.float64) / temperature
+    logits -= logits.max(1, keepdims=True)
+    p = np.exp(logits)
+    return (p / p.sum(1, keepdims=True)).astype(np.float32)
+
+
+class KMeansConcepts(ConceptMethod):
+    """K-Means concepts: `cluster_centers_` is the code book and `predict` returns the index of
+    the closest centroid. `predict_proba` is a softmax of negative squared distances whose
+    temperature (`temperature_`) is the median squared distance of fit rows to their centroid.
+
+    minibatch: stream the fit rows through MiniBatchKMeans (`n_epochs` passes of `batch_size`
+    rows, at least n_concepts per batch) instead of holding them all in memory.
+    """
+
+    def __init__(self, n_concepts: int = 400, minibatch: bool = False, batch_size: int = 4096,
+                 n_epochs: int = 1, max_iter: int = 300, seed: int = 0):
+        self.n_concepts = n_concepts
+        self.minibatch = minibatch
+        self.batch_size = batch_size
+        self.n_epochs = n_epochs
+        self.max_iter = max_iter
+        self.seed = seed
+
+    @property
+    def name(self) -> str:
+        return "minibatch-kmeans" if self.minibatch else "kmeans"
+
+    def _params(self) -> dict:
+        return {"n_concepts": self.n_concepts, "minibatch": self.minibatch, "batch_size": self.batch_size,
+                "n_epochs": self.n_epochs, "max_iter": self.max_iter, "seed": self.seed}
+
+    def fit(self, store, rows: np.ndarray | None = None) -> "KMeansConcepts":
+        """Fit on the store's `rows` (all rows when None)."""
+        rows = np.arange(store.n_rows) if rows is None else np.sort(np.asarray(rows, dtype=np.int64))
+        self.check_n_rows(len(rows))
+        with self.measure_fit(len(rows)) as info:
+            if self.minibatch:
+                centers = self._fit_streamed(store, rows)
+                # The temperature comes from a bounded sample, so memory stays flat.
+                sample = np.random.default_rng(self.seed).choice(rows, size=min(len(rows), 20000), replace=False)
+                X = store.read(np.sort(sample))
+            else:
+                X = store.read(rows)  # (N, d): K-Means holds all of its fit rows
+                km = KMeans(n_clusters=self.n_concepts, init="k-means++", n_init=1, max_iter=self.max_iter,
+                            random_state=self.seed).fit(X)
+                centers = km.cluster_centers_
+                info["n_iter"] = int(km.n_iter_)
+            self.cluster_centers_ = np.asarray(centers, dtype=np.float32)
+            _, d2 = nearest_centroid(X, self.cluster_centers_)
+            self.temperature_ = float(max(np.median(d2), 1e-12))
+        return self
+
+    def _fit_streamed(self, store, rows: np.ndarray) -> np.ndarray:
+        batch_size = max(self.batch_size, self.n_concepts)  # the first batch seeds all K centroids
+        km = MiniBatchKMeans(n_clusters=self.n_concepts, init="k-means++", n_init=1, batch_size=batch_size,
+                             random_state=self.seed)
+        for epoch in range(self.n_epochs):
+            for x in store.iter_batches(batch_size, shuffle=True, seed=self.seed + epoch, rows=rows):
+                km.partial_fit(x.numpy())
+        return km.cluster_centers_
+
+    def predict(self, X) -> np.ndarray:
+        """Index of the closest centroid for every row of X (N, d)."""
+        self.check_fitted("cluster_centers_")
+        return nearest_centroid(np.asarray(X), self.cluster_centers_)[0]
+
+    def predict_proba(self, X) -> np.ndarray:
+        """(N, K) softmax of -||x - c_k||² / temperature_ (median squared distance of fit rows to
+        their centroid), so a row at a typical distance weighs its neighbours sensibly."""
+        self.check_fitted("cluster_centers_")
+        return softmax_neg_distances(np.asarray(X), self.cluster_centers_, self.temperature_)
+
+    def concept_extra(self) -> dict[str, np.ndarray]:
+        self.check_fitted("cluster_centers_")
+        return {"centroids": self.cluster_centers_}
+
+    def save(self, path: str | Path) -> None:
+        """Centroids as .npy and parameters as JSON in folder `path`."""
+        self.check_fitted("cluster_centers_")
+        save_method(path, self.name, self._params(), {"centroids": self.cluster_centers_},
+                    {"temperature": self.temperature_, "fit_info": getattr(self, "fit_info_", {})})
+
+    @classmethod
+    def load(cls, path: str | Path) -> "KMeansConcepts":
+        """A fitted method from folder `path` (no scikit-learn object is rebuilt)."""
+        params, arrays, state = load_method(path, "kmeans", "minibatch-kmeans")
+        self = cls(**params)
+        self.cluster_centers_ = arrays["centroids"].astype(np.float32)
+        self.temperature_ = float(state["temperature"])
+        self.fit_info_ = state.get("fit_info", {})
+        return self

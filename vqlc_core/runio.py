@@ -1,0 +1,150 @@
+"""Atomic file writes and the run manifest.
+
+Every file a build produces is written under a temporary name in the same folder and then
+renamed, so a half-written file is never taken for a finished one. Nothing here unpickles:
+arrays go to .npy (allow_pickle=False), tables to parquet, metadata to JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+FORMAT_VERSION = 1
+
+
+class RunError(Exception):
+    """A mistake a user can make or a run directory that does not match: one clear sentence."""
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=_json_default))
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    return json.loads(Path(path).read_text())
+
+
+def write_npy(path: str | os.PathLike, array: np.ndarray) -> None:
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:
+            np.save(f, np.ascontiguousarray(array), allow_pickle=False)
+
+
+def read_npy(path: str | os.PathLike, mmap: bool = False) -> np.ndarray:
+    return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+
+
+def write_parquet(path: str | os.PathLike, df) -> None:
+    with atomic_path(path) as tmp:
+        df.to_parquet(tmp, index=False)
+
+
+def read_parquet(path: str | os.PathLike):
+    import pandas as pd
+
+    return pd.read_parquet(path)
+
+
+def write_safetensors(path: str | os.PathLike, tensors: dict, metadata: dict | None = None) -> None:
+    from safetensors.torch import save_file
+
+    tensors = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
+    with atomic_path(path) as tmp:
+        save_file(tensors, str(tmp), metadata={k: str(v) for k, v in (metadata or {}).items()})
+
+
+def read_safetensors(path: str | os.PathLike) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(path))
+
+
+def library_versions() -> dict[str, str]:
+    import importlib.metadata as md
+
+    out = {"python": platform.python_version(), "vqlc_format": str(FORMAT_VERSION)}
+    for name in ("torch", "transformers", "numpy", "scikit-learn", "pandas"):
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            pass
+    return out
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"cannot write {type(o).__name__} to JSON")
+
+
+class Manifest:
+    """The run's manifest.json: configuration, versions and the state of each stage.
+
+    A stage is recorded as complete only after all of its files were renamed into place,
+    so a rerun skips exactly the stages that finished.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike):
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / "manifest.json"
+        self.data: dict = read_json(self.path) if self.path.exists() else {
+            "format_version": FORMAT_VERSION,
+            "versions": library_versions(),
+            "config": {},
+            "stages": {},
+        }
+
+    def check_version(self) -> None:
+        got = self.data.get("format_version")
+        if got != FORMAT_VERSION:
+            raise RunError(
+                f"Run '{self.run_dir.name}' was written by another vqlc format: expected "
+                f"format {FORMAT_VERSION}, got {got}; rebuild it with `python -m vqlc_core build`."
+            )
+
+    def is_complete(self, stage: str) -> bool:
+        return self.data["stages"].get(stage, {}).get("state") == "complete"
+
+    def complete(self, stage: str, **info: Any) -> None:
+        self.data["stages"][stage] = {"state": "complete", **info}
+        self.save()
+
+    def invalidate(self, stage: str) -> None:
+        self.data["stages"].pop(stage, None)
+        self.save()
+
+    def save(self) -> None:
+        write_json(self.path, self.data)

@@ -1,0 +1,216 @@
+"""The tensor math of VQLC: residual encoder, EMA codebook, residual decoder and the model
+that joins them. Codebook state lives in buffers so `state_dict` carries all of it; the
+estimator that trains these modules from a store is in `vqlc.py`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def _noop(tensor: torch.Tensor, *args, **kwargs) -> None:
+    return None
+
+
+def _distributed_fns() -> tuple[Callable, Callable]:
+    """(all_reduce, broadcast-from-rank-0): torch.distributed's when a process group of more
+    than one rank is running, otherwise no-ops. Chosen once, at construction."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return dist.all_reduce, lambda t: dist.broadcast(t, src=0)
+    return _noop, _noop
+
+
+def _is_rank0() -> bool:
+    import torch.distributed as dist
+
+    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+
+
+def squared_distances(z: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
+    """Squared Euclidean distances between rows of z (B, dz) and codes (K, dz): (B, K)."""
+    d = z.pow(2).sum(1, keepdim=True) - 2.0 * z @ codes.t() + codes.pow(2).sum(1)[None, :]
+    return d.clamp_min_(0.0)
+
+
+def farthest_first(x: torch.Tensor, k: int, seed: int = 0) -> torch.Tensor:
+    """Farthest-first traversal: k rows of x (N, d) that cover the space, as a (k, d) tensor.
+
+    Identical rows are counted once (`torch.unique(dim=0)`), so no vector is picked twice.
+    The first pick is a unique row chosen with `seed`; each next pick is the row with the
+    largest distance to its nearest already-chosen row. If x has fewer than k unique rows,
+    the remaining picks are the chosen rows again, in order, plus seeded Gaussian noise of
+    1e-4 times the data's RMS, so the result always has k rows and distinct codes.
+    """
+    if k < 1:
+        raise ValueError(f"farthest_first needs k >= 1, got {k}.")
+    if x.ndim != 2 or len(x) == 0:
+        raise ValueError(f"farthest_first needs a non-empty (N, d) tensor, got shape {tuple(x.shape)}.")
+    gen = torch.Generator().manual_seed(seed)
+    u = torch.unique(x.detach().float().cpu(), dim=0)  # (U, d), sorted, so picks do not depend on row order
+    n_pick = min(k, len(u))
+    chosen = torch.empty(n_pick, dtype=torch.long)
+    chosen[0] = int(torch.randint(len(u), (1,), generator=gen))
+    min_d = (u - u[chosen[0]]).pow(2).sum(1)  # (U,) distance to the nearest chosen row
+    for i in range(1, n_pick):
+        chosen[i] = int(torch.argmax(min_d))
+        min_d = torch.minimum(min_d, (u - u[chosen[i]]).pow(2).sum(1))
+    out = u[chosen]
+    if n_pick < k:
+        rms = float(u.pow(2).mean().sqrt()) or 1.0
+        reps = out[torch.arange(k - n_pick) % n_pick]
+        noise = torch.randn(reps.shape, generator=gen) * (1e-4 * rms)
+        out = torch.cat([out, reps + noise])
+    return out.to(x.dtype).to(x.device)
+
+
+class ResidualEncoder(nn.Module):
+    """z = P·h + m·LN(W2·σ(W1·h)): an identity-initialised projection plus a gated non-linear
+    correction whose gate m = 0.5·sigmoid(alpha) starts small, so z starts close to h."""
+
+    def __init__(self, d_in: int, d_out: int | None = None, hidden: int = 256, alpha_init: float = -4.0):
+        super().__init__()
+        d_out = d_in if d_out is None else d_out
+        self.proj = nn.Linear(d_in, d_out)
+        with torch.no_grad():
+            self.proj.weight.copy_(torch.eye(d_out, d_in))
+            self.proj.bias.zero_()
+        self.fc1 = nn.Linear(d_in, hidden)
+        self.fc2 = nn.Linear(hidden, d_out)
+        self.norm = nn.LayerNorm(d_out)
+        self.alpha = nn.Parameter(torch.tensor(float(alpha_init)))
+
+    @property
+    def gate(self) -> torch.Tensor:
+        return 0.5 * torch.sigmoid(self.alpha)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.proj(h) + self.gate * self.norm(self.fc2(F.gelu(self.fc1(h))))  # (B, d_out)
+
+
+class ResidualDecoder(ResidualEncoder):
+    """The encoder's mirror: h_hat = P'·q + m'·LN(W2'·σ(W1'·q)), from code space back to h."""
+
+
+class EMACodebook(nn.Module):
+    """K codes that follow an exponential moving average of the encodings assigned to them.
+
+    Buffers: `embed` (K, dz) the codes, `embed_avg` (K, dz) the EMA of assigned sums,
+    `cluster_size` (K,) the EMA of assignment counts, `initted` whether codes were seeded.
+    Codes get no gradient; encodings get the straight-through gradient of their code.
+    """
+
+    def __init__(self, n_codes: int, dim: int, decay: float = 0.99, eps: float = 1e-5,
+                 dead_threshold: float = 0.1):
+        super().__init__()
+        self.n_codes, self.dim = n_codes, dim
+        self.decay, self.eps, self.dead_threshold = decay, eps, dead_threshold
+        self.register_buffer("embed", torch.randn(n_codes, dim))
+        self.register_buffer("embed_avg", self.embed.clone())
+        self.register_buffer("cluster_size", torch.ones(n_codes))
+        self.register_buffer("initted", torch.tensor(False))
+        self.all_reduce_fn, self.broadcast_fn = _distributed_fns()
+
+    @torch.no_grad()
+    def init_(self, codes: torch.Tensor, count: float = 1.0) -> None:
+        """Seed the codes with `codes` (K, dz); every EMA count starts at `count`."""
+        if codes.shape != self.embed.shape:
+            raise ValueError(f"Codebook init expected codes of shape {tuple(self.embed.shape)}, got {tuple(codes.shape)}.")
+        self.broadcast_fn(codes)
+        self.embed.copy_(codes)
+        self.cluster_size.fill_(count)
+        self.embed_avg.copy_(codes * count)
+        self.initted.fill_(True)
+
+    def forward(self, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(straight-through quantized (B, dz), nearest code index (B,), squared distances (B, K))."""
+        dists = squared_distances(z.detach(), self.embed)  # (B, K)
+        idx = dists.argmin(1)  # (B,)
+        q = self.embed[idx]  # (B, dz)
+        return z + (q - z).detach(), idx, dists
+
+    @torch.no_grad()
+    def ema_update_(self, z: torch.Tensor, idx: torch.Tensor) -> None:
+        """One EMA step from encodings z (B, dz) assigned to codes idx (B,).
+
+        Sums and counts are all-reduced across ranks before the EMA; the codes are the EMA sums
+        divided by Laplace-smoothed EMA counts: (n_k + eps) / (n + K·eps) · n.
+        """
+        z = z.detach().to(self.embed.dtype)
+        counts = torch.zeros(self.n_codes, dtype=z.dtype, device=z.device)
+        counts.index_add_(0, idx, torch.ones_like(idx, dtype=z.dtype))  # (K,)
+        sums = torch.zeros_like(self.embed).index_add_(0, idx, z)  # (K, dz)
+        self.all_reduce_fn(counts)
+        self.all_reduce_fn(sums)
+        self.cluster_size.lerp_(counts, 1.0 - self.decay)
+        self.embed_avg.lerp_(sums, 1.0 - self.decay)
+        n = self.cluster_size.sum()
+        smoothed = (self.cluster_size + self.eps) / (n + self.n_codes * self.eps) * n  # (K,)
+        self.embed.copy_(self.embed_avg / smoothed[:, None])
+
+    @torch.no_grad()
+    def replace_dead_codes_(self, z: torch.Tensor, dists: torch.Tensor) -> int:
+        """Re-seed every code whose EMA count is below `dead_threshold`; return how many.
+
+        Dead codes, in index order, take the batch encodings with the largest assignment error
+        (distance to their nearest code): the first dead code the largest, the next the next
+        largest. The dead set comes from the (reduced, identical) EMA counts; the encodings come
+        from rank 0's batch and are broadcast, so every rank makes the same change.
+        """
+        dead = torch.nonzero(self.cluster_size < self.dead_threshold).squeeze(1)  # (n_dead,), in index order
+        if len(dead) == 0:
+            return 0
+        n = torch.tensor([min(len(dead), len(z))], device=z.device)
+        self.broadcast_fn(n)
+        dead = dead[: int(n)]
+        new = torch.zeros(len(dead), self.dim, dtype=self.embed.dtype, device=z.device)
+        if _is_rank0():
+            err = dists.min(1).values  # (B,)
+            order = torch.argsort(err, descending=True, stable=True)[: len(dead)]
+            new.copy_(z.detach()[order])
+        self.broadcast_fn(new)
+        self.embed[dead] = new
+        self.cluster_size[dead] = self.dead_threshold
+        self.embed_avg[dead] = new * self.dead_threshold
+        return len(dead)
+
+
+@dataclass
+class VQOutput:
+    """What one forward pass of `VQModel` returns."""
+
+    recon: torch.Tensor  # (B, d) reconstruction of h
+    z: torch.Tensor  # (B, dz) encodings
+    quantized: torch.Tensor  # (B, dz) straight-through codes
+    indices: torch.Tensor  # (B,) nearest code
+    dists: torch.Tensor  # (B, K) squared distances to every code
+    loss: torch.Tensor  # rec + beta * commit
+    rec: torch.Tensor  # MSE(recon, h)
+    commit: torch.Tensor  # MSE(z, sg(e))
+
+
+class VQModel(nn.Module):
+    """Encoder -> EMA codebook -> decoder; loss = MSE(recon, h) + beta·||z - sg(e)||²."""
+
+    def __init__(self, dim: int, n_codes: int = 400, code_dim: int | None = None, hidden: int = 256,
+                 beta: float = 0.25, decay: float = 0.99, eps: float = 1e-5, dead_threshold: float = 0.1):
+        super().__init__()
+        code_dim = dim if code_dim is None else code_dim
+        self.beta = beta
+        self.encoder = ResidualEncoder(dim, code_dim, hidden)
+        self.codebook = EMACodebook(n_codes, code_dim, decay, eps, dead_threshold)
+        self.decoder = ResidualDecoder(code_dim, dim, hidden)
+
+    def forward(self, h: torch.Tensor) -> VQOutput:
+        z = self.encoder(h)  # (B, dz)
+        quantized, idx, dists = self.codebook(z)
+        recon = self.decoder(quantized)  # (B, d)
+        rec = F.mse_loss(recon, h)
+        commit = F.mse_loss(z, quantized.detach())
+        return VQOutput(recon, z, quantized, idx, dists, rec + self.beta * commit, rec, commit)
