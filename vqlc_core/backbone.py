@@ -167,6 +167,9 @@ class Backbone:
             return hidden[:, 0]
         m = attention_mask.to(hidden.dtype)
         if pooling == "mean":
+            if self.add_bos:  # the BOS attention sink is not part of the text
+                m = m.clone()
+                m[:, 0] = 0
             return (hidden * m[..., None]).sum(1) / m.sum(1, keepdim=True).clamp(min=1)
         last = attention_mask.long().sum(1) - 1  # right padding: the last real token
         return hidden[torch.arange(hidden.shape[0]), last]

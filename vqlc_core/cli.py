@@ -53,7 +53,7 @@ def _add_methods(p: argparse.ArgumentParser) -> None:
     m.add_argument("--fit-on", choices=["fitset", "all"], dest="vqlc_fit_on",
                    help="VQLC trains on the shared fit set (default) or on all train rows")
     m.add_argument("--max-per-word", type=int, help="fit set: at most this many rows per word type (default: 20)")
-    m.add_argument("--fit-max-rows", type=int, help="fit set: at most this many rows in all (default: 15000)")
+    m.add_argument("--fit-max-rows", type=int, help="fit set: at most this many rows in all (default: 10000)")
 
 
 def parser() -> argparse.ArgumentParser:

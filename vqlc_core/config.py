@@ -32,7 +32,7 @@ class BuildConfig:
     n_concepts: int = 400  # K, as in the paper's lineage
     max_per_word: int = 20  # LACOAT fit set: at most this many rows per word type
     min_word_count: int = 5  # ... and word types seen at least this often
-    fit_max_rows: int = 15000  # cap on the shared fit set (LACOAT's memory is 8*N^2 bytes)
+    fit_max_rows: int = 10000  # cap on the shared fit set (LACOAT's memory is 8*N^2 bytes)
     vqlc_fit_on: str = "fitset"  # "fitset" (the comparison) or "all" train rows (VQLC streams)
     vqlc_epochs: int | None = None  # None: the estimator's default
     vqlc_beta: float = 0.25

@@ -54,13 +54,18 @@ def farthest_first(x: torch.Tensor, k: int, seed: int = 0) -> torch.Tensor:
         raise ValueError(f"farthest_first needs a non-empty (N, d) tensor, got shape {tuple(x.shape)}.")
     gen = torch.Generator().manual_seed(seed)
     u = torch.unique(x.detach().float().cpu(), dim=0)  # (U, d), sorted, so picks do not depend on row order
+    u64 = u.double()  # float64 so that ||u||² - 2u·c + ||c||² keeps small distances exact enough
+    sq = u64.pow(2).sum(1)  # (U,)
     n_pick = min(k, len(u))
     chosen = torch.empty(n_pick, dtype=torch.long)
     chosen[0] = int(torch.randint(len(u), (1,), generator=gen))
-    min_d = (u - u[chosen[0]]).pow(2).sum(1)  # (U,) distance to the nearest chosen row
-    for i in range(1, n_pick):
-        chosen[i] = int(torch.argmax(min_d))
-        min_d = torch.minimum(min_d, (u - u[chosen[i]]).pow(2).sum(1))
+    min_d = torch.full((len(u),), float("inf"), dtype=torch.float64)  # (U,) distance to the nearest chosen row
+    for i in range(n_pick):
+        if i > 0:
+            chosen[i] = int(torch.argmax(min_d))
+        c = u64[chosen[i]]
+        min_d = torch.minimum(min_d, (sq - 2.0 * (u64 @ c) + sq[chosen[i]]).clamp_min_(0.0))
+        min_d[chosen[i]] = 0.0
     out = u[chosen]
     if n_pick < k:
         rms = float(u.pow(2).mean().sqrt()) or 1.0

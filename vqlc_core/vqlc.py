@@ -202,7 +202,7 @@ class VQLC(ConceptMethod):
                 cb.ema_update_(out.z, out.indices)
                 replaced += cb.replace_dead_codes_(out.z, out.dists)
                 for key in sums:
-                    sums[key] += float(getattr(out, key)) * len(x)
+                    sums[key] += float(getattr(out, key).detach()) * len(x)
                 counts += torch.bincount(out.indices.cpu(), minlength=self.n_concepts)
                 bar.update(1)
                 if bar.n % 10 == 0:
