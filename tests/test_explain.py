@@ -161,18 +161,19 @@ def test_the_prediction_matches_the_classifier(explainer, setup):
 
 
 def test_integrated_gradients_is_complete_with_enough_steps(explainer, setup):
-    """IG's attributions sum to logit(h) - logit(0) at layer l as the number of steps grows."""
+    """IG's attributions sum to logit(h) - logit(0) at layer l once the steps are many (the path
+    bends sharply near the zero baseline, so a few steps are far from complete)."""
     enc, _ = setup["bb"].tokenize([SENTENCE])
     enc = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
     states, proba = explainer.forward(enc)
     target = int(proba.argmax())
-    attr = layer_attributions(setup["clf"], enc, LAYER, states, [target], steps=64)
+    attr = layer_attributions(setup["clf"], enc, LAYER, states, [target], steps=256)
     with torch.no_grad():
         with from_layer(setup["bb"], LAYER, states):
             full = setup["clf"].logits(enc)[0, target]
         with from_layer(setup["bb"], LAYER, torch.zeros_like(states)):
             base = setup["clf"].logits(enc)[0, target]
-    assert abs(float(attr.sum()) - float(full - base)) < 0.05 * abs(float(full - base)) + 1e-3
+    assert abs(float(attr.sum()) - float(full - base)) < 0.02 * abs(float(full - base)) + 1e-3
 
 
 def test_salient_indices_stop_at_half_the_mass():

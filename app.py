@@ -1,0 +1,18 @@
+"""The vqlc dashboard: `streamlit run app.py` (or ./run.sh). Registers the pages; each page
+reads a run directory under $VQLC_CACHE_DIR/runs/ (default cache/runs/) through vqlc_ui."""
+
+import streamlit as st
+
+import vqlc_ui
+
+st.set_page_config(page_title="vqlc", page_icon=":material/hub:", layout="wide")
+page = st.navigation([
+    st.Page("pages/concepts.py", title="Concepts", icon=":material/cloud:", default=True),
+    st.Page("pages/codebook_map.py", title="Codebook map", icon=":material/scatter_plot:"),
+    st.Page("pages/explain.py", title="Explain", icon=":material/psychology:"),
+    st.Page("pages/compare.py", title="Compare", icon=":material/view_column:"),
+    st.Page("pages/case_study.py", title="Case study", icon=":material/push_pin:"),
+    st.Page("pages/build.py", title="Build", icon=":material/build:"),
+])
+vqlc_ui.warm_up()  # the model loads in the background while the first page renders
+page.run()

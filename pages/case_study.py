@@ -1,0 +1,41 @@
+"""Case study: the pinned inputs and their concepts, exported as figures (PNG, SVG), tables
+(CSV, LaTeX) and a zip bundle with a Markdown report. Exports are drawn when downloaded."""
+
+from functools import partial
+
+import streamlit as st
+
+from vqlc_core import browse, report
+
+pins = st.session_state.setdefault("pins", [])
+st.title("Case study")
+if not pins:
+    st.info("Nothing is pinned yet: on the Explain or Compare page, press **Pin for the case study**.")
+    st.stop()
+
+table = report.pins_table(pins)
+st.dataframe(table, hide_index=True)
+c1, c2, c3 = st.columns(3)
+c1.download_button("Table (CSV)", report.table_csv(table), "case_study.csv", "text/csv")
+c2.download_button("Table (LaTeX)", report.table_latex(table), "case_study.tex", "text/x-tex")
+c3.download_button("Everything (zip with report.md)", partial(report.bundle, list(pins)), "case_study.zip",
+                   "application/zip", type="primary")
+
+for i, pin in enumerate(pins, 1):
+    with st.container(border=True):
+        st.subheader(f"Pin {i}: {pin['method']}, {pin['prediction']} ({pin['confidence']:.3f})")
+        st.markdown(browse.colored_sentence_html(pin["text"], pin["words"], [w["concept"] for w in pin["words"]],
+                                                 pin["labels"]), unsafe_allow_html=True)
+        st.dataframe(report.pins_table([pin]).drop(columns=["pin", "method", "text"]), hide_index=True)
+        cols = st.columns(5)
+        for col, (name, draw, fmt, mime) in zip(cols, [
+            ("Ablation PNG", report.ablation_figure, "png", "image/png"),
+            ("Ablation SVG", report.ablation_figure, "svg", "image/svg+xml"),
+            ("Sentence PNG", report.sentence_figure, "png", "image/png"),
+            ("Sentence SVG", report.sentence_figure, "svg", "image/svg+xml"),
+        ]):
+            col.download_button(name, partial(draw, pin, fmt), f"pin{i}_{name.split()[0].lower()}.{fmt}", mime,
+                                key=f"dl_{i}_{name}")
+        if cols[4].button("Unpin", key=f"unpin{i}"):
+            pins.pop(i - 1)
+            st.rerun()

@@ -1,0 +1,46 @@
+"""Concepts: a paginated grid of word clouds for one method, search by word, one concept's view."""
+
+import html
+
+import streamlit as st
+
+import vqlc_ui
+from vqlc_core import browse
+
+PER_PAGE = 24
+run, method = vqlc_ui.sidebar()
+query = st.sidebar.text_input("Find concepts containing a word")
+st.title(f"Concepts: {method}")
+rd, sp = str(run.dir), vqlc_ui.stamp(run)
+cs = vqlc_ui.concepts(rd, sp, method)
+ids = [int(k) for k in cs.summary.loc[cs.summary["size"] > 0, "concept"]]
+
+if query.strip():
+    hits = browse.concepts_with_word(vqlc_ui.tokens(rd, sp), cs.assignments, query)
+    st.caption(f"{len(hits)} concept(s) hold '{html.escape(query.strip())}'.")
+    ids = [int(k) for k in hits["concept"]]
+
+chosen = st.session_state.get("concept")
+if chosen is not None and st.session_state.get("concept_method") == method and 0 <= chosen < cs.n_concepts:
+    if st.button("Back to all concepts", icon=":material/arrow_back:"):
+        st.session_state.pop("concept")
+        st.rerun()
+    vqlc_ui.concept_view(run, method, chosen)
+    st.divider()
+
+n_pages = max(1, -(-len(ids) // PER_PAGE))
+page = st.sidebar.number_input(f"Page (of {n_pages})", 1, n_pages, 1) if n_pages > 1 else 1
+cols = st.columns(4)
+for i, k in enumerate(ids[(page - 1) * PER_PAGE : page * PER_PAGE]):
+    row = cs.summary.loc[k]
+    with cols[i % 4].container(border=True):
+        st.markdown(f"**{html.escape(cs.label(k))}**  \n{int(row['size'])} members, purity {row['purity']:.2f} "
+                    f"({html.escape(str(row['dominant_class']))})")
+        if browse.is_prediction_concept(row):
+            for t in browse.prediction_examples(vqlc_ui.texts(rd, sp), row, n=3):
+                st.caption(t)
+        elif (path := vqlc_ui.cloud(run, method, k)) is not None:
+            st.image(str(path), width="stretch")
+        if st.button("Open", key=f"open_{method}_{k}"):
+            st.session_state["concept"], st.session_state["concept_method"] = k, method
+            st.rerun()

@@ -1,0 +1,42 @@
+"""Explain: one input's prediction, every word coloured by its concept, and the prediction and
+salient-word concepts with a toggle each that ablates the concept live."""
+
+import html
+
+import streamlit as st
+
+import vqlc_ui
+from vqlc_core import browse
+
+run, method = vqlc_ui.sidebar(need=("classifier",))
+st.title("Explain a prediction")
+text = vqlc_ui.text_input()
+if not text.strip():
+    st.info("Type a sentence to explain.")
+    st.stop()
+rd, sp = str(run.dir), vqlc_ui.stamp(run)
+with vqlc_ui.guard():
+    ex = vqlc_ui.explain(rd, sp, text)
+cs = vqlc_ui.concepts(rd, sp, method)
+
+a, b = st.columns(2)
+a.metric("Prediction", ex["prediction"])
+b.metric("Confidence", f"{ex['confidence']:.3f}")
+if ex["truncated"]:
+    st.warning("The input is longer than the model's maximum length; only its beginning was explained.")
+ids = ex["methods"][method]["word_concepts"]
+st.markdown(browse.colored_sentence_html(text, ex["words"], ids, browse.word_labels(ex, method, cs.label)),
+            unsafe_allow_html=True)
+salient = ", ".join(f"{s['word']} ({s['attribution']:.2f})" for s in ex["salient"])
+st.caption(f"Salient words (Integrated Gradients at layer {ex['layer']}): {html.escape(salient)}")
+
+st.subheader("Concepts behind the prediction")
+st.caption("Toggle concepts to project them out of layer "
+           f"{ex['layer']} together and see the new prediction.")
+cols = st.columns(2)
+with cols[0]:
+    vqlc_ui.ablation_panel(run, method, text, ex)
+with cols[1]:
+    st.markdown("**Prediction representation: top concepts**")
+    st.dataframe(ex["methods"][method]["prediction_concepts"], hide_index=True)
+    vqlc_ui.pin_button(run, method, text, key="pin_explain")

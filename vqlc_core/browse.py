@@ -1,0 +1,155 @@
+"""What the dashboard shows, as plain data: a stable colour per concept, the concepts that hold
+a word, a concept's member contexts with the word located in its sentence, the concepts an
+explanation puts forward, and HTML for a sentence whose words are coloured by concept.
+
+Every piece of text that reaches HTML here goes through `html.escape`; the pages only render.
+"""
+
+from __future__ import annotations
+
+import colorsys
+import html
+import json
+
+import numpy as np
+import pandas as pd
+
+_GOLDEN = 0.618033988749895  # successive concept ids get well-separated hues
+
+
+# --- colours and HTML ------------------------------------------------------------------------
+
+def concept_color(k: int) -> str:
+    """A light, stable colour for concept k (the same id always gets the same colour)."""
+    hue = (int(k) * _GOLDEN) % 1.0
+    r, g, b = colorsys.hls_to_rgb(hue, 0.80, 0.75)
+    return f"#{round(r * 255):02x}{round(g * 255):02x}{round(b * 255):02x}"
+
+
+def highlight_html(text: str, start: int, end: int) -> str:
+    """`text` with the characters start..end wrapped in <mark>, everything escaped."""
+    e = html.escape
+    return f"{e(text[:start])}<mark><b>{e(text[start:end])}</b></mark>{e(text[end:])}"
+
+
+def colored_sentence_html(text: str, words: list[dict], concept_ids: list[int], labels: dict[int, str]) -> str:
+    """The input with every word in a span coloured by its concept; hovering shows the concept's
+    label. `words` are {"start", "end"} character spans in `text`; text between words is kept."""
+    e, out, pos = html.escape, [], 0
+    for w, k in zip(words, concept_ids):
+        s, t = int(w["start"]), int(w["end"])
+        out.append(e(text[pos:s]))
+        title = e(labels.get(int(k), f"c{k}"), quote=True)
+        out.append(f'<span title="{title}" style="background:{concept_color(k)};padding:1px 3px;'
+                   f'border-radius:3px;line-height:2">{e(text[s:t])}<sub style="opacity:.6">{int(k)}</sub></span>')
+        pos = t
+    out.append(e(text[pos:]))
+    return "".join(out)
+
+
+# --- the corpus side ---------------------------------------------------------------------------
+
+def word_spans(text: str, words: list[str]) -> list[tuple[int, int] | None]:
+    """Character span of each word of `text`, the words given in order (the store's token
+    table). Each word is searched from the end of the previous one, so a repeated word or a
+    word that is part of another gets its own occurrence; None where a word is not found."""
+    spans, pos = [], 0
+    for w in words:
+        i = text.find(w, pos)
+        if i < 0:
+            spans.append(None)
+            continue
+        spans.append((i, i + len(w)))
+        pos = i + len(w)
+    return spans
+
+
+def concepts_with_word(tokens: pd.DataFrame, assignments: np.ndarray, word: str) -> pd.DataFrame:
+    """Concepts whose members include `word` (case-insensitive): concept, count, most first."""
+    word = word.strip().lower()
+    if not word:
+        return pd.DataFrame({"concept": [], "count": []}, dtype=np.int64)
+    hit = (tokens["kind"].to_numpy() == "word") & (tokens["word"].str.lower().to_numpy() == word)
+    counts = np.bincount(np.asarray(assignments)[hit], minlength=1)
+    ks = np.flatnonzero(counts)
+    out = pd.DataFrame({"concept": ks, "count": counts[ks]})
+    return out.sort_values(["count", "concept"], ascending=[False, True], ignore_index=True)
+
+
+def member_contexts(texts: pd.DataFrame, tokens: pd.DataFrame, assignments: np.ndarray, k: int, n: int = 20,
+                    seed: int = 0) -> pd.DataFrame:
+    """Up to `n` member words of concept k (seeded sample) in their sentences: text_id,
+    word_index, word, text, start, end (the word's span in the text; -1 when not found)."""
+    rows = np.flatnonzero((np.asarray(assignments) == k) & (tokens["kind"].to_numpy() == "word"))
+    if len(rows) > n:
+        rows = np.sort(np.random.default_rng(seed).choice(rows, size=n, replace=False))
+    text_of = texts.set_index("text_id")["text"]
+    recs = []
+    for r in rows:
+        tid, wi, word = int(tokens.at[r, "text_id"]), int(tokens.at[r, "word_index"]), tokens.at[r, "word"]
+        same = tokens[(tokens["text_id"] == tid) & (tokens["kind"] == "word")].sort_values("word_index")
+        text = text_of[tid]
+        span = word_spans(text, same["word"].tolist())[wi] if wi < len(same) else None
+        s, e = span if span else (-1, -1)
+        recs.append({"text_id": tid, "word_index": wi, "word": word, "text": text, "start": s, "end": e})
+    return pd.DataFrame(recs, columns=["text_id", "word_index", "word", "text", "start", "end"])
+
+
+def prediction_examples(texts: pd.DataFrame, summary_row, n: int = 6) -> list[str]:
+    """Sentences whose prediction representation belongs to the concept (from its examples)."""
+    ids = [int(t) for t, wi in json.loads(summary_row["examples"]) if int(wi) < 0][:n]
+    text_of = texts.set_index("text_id")["text"]
+    return [text_of[t] for t in ids if t in text_of.index]
+
+
+def is_prediction_concept(summary_row) -> bool:
+    """A concept whose members are mostly prediction rows (shown by sentences, not words)."""
+    return int(summary_row["n_pred"]) * 2 > int(summary_row["size"])
+
+
+def class_distribution(summary_row) -> pd.DataFrame:
+    """class, count of a concept's members, from its summary row."""
+    counts = json.loads(summary_row["class_counts"])
+    return pd.DataFrame({"class": list(counts), "count": list(counts.values())})
+
+
+# --- the explanation side ----------------------------------------------------------------------
+
+def shown_concepts(explanation: dict, method: str, n_prediction: int = 1) -> list[dict]:
+    """The concepts an explanation puts forward for one method, each once: the prediction
+    representation's top `n_prediction` concepts, then the salient words' concepts.
+    Each: {"concept", "label", "why"}."""
+    m = explanation["methods"][method]
+    out: dict[int, dict] = {}
+    for c in m["prediction_concepts"][:n_prediction]:
+        out[c["concept"]] = {"concept": c["concept"], "label": c["label"],
+                             "why": f"prediction concept (p = {c['probability']:.2f})"}
+    for s in explanation["salient"]:
+        c = s["concepts"][method]
+        if c["concept"] in out:
+            out[c["concept"]]["why"] += f"; salient word '{s['word']}'"
+        else:
+            out[c["concept"]] = {"concept": c["concept"], "label": c["label"], "why": f"salient word '{s['word']}'"}
+    return list(out.values())
+
+
+def word_labels(explanation: dict, method: str, label_of) -> dict[int, str]:
+    """Concept id -> label for every concept of the input's words (`label_of(k)` names one)."""
+    return {k: label_of(k) for k in set(explanation["methods"][method]["word_concepts"])}
+
+
+def make_pin(explainer, text: str, method: str, n_prediction: int = 1) -> dict:
+    """A case-study record of one input under one method: the prediction, every word with its
+    concept, and each shown concept with the effect of ablating it alone (delta = new minus old
+    probability of the predicted class). Plain data, ready for `report`."""
+    ex = explainer.explain(text).to_dict()
+    concepts = explainer.methods[method][1]
+    shown = []
+    for c in shown_concepts(ex, method, n_prediction):
+        r = explainer.ablate_concepts(text, method, [c["concept"]])
+        shown.append({**c, "delta": r["delta"], "new_prediction": r["prediction"], "new_confidence": r["confidence"]})
+    ids = ex["methods"][method]["word_concepts"]
+    return {"text": text, "method": method, "prediction": ex["prediction"], "confidence": ex["confidence"],
+            "words": [{**w, "concept": int(k)} for w, k in zip(ex["words"], ids)],
+            "labels": {int(k): concepts.label(int(k)) for k in set(ids) | {c["concept"] for c in shown}},
+            "concepts": shown}
