@@ -19,7 +19,7 @@ import plotly.express as px
 import streamlit as st
 
 from vqlc_core import browse
-from vqlc_core.runio import RunError
+from vqlc_core.runio import RunError, read_json
 
 EXAMPLE = "a gorgeous, witty and deeply moving film, though its final act drags on far too long ."
 
@@ -48,8 +48,13 @@ def concepts(run_dir: str, _stamp: int, method: str):
 
 @st.cache_resource(show_spinner="Loading the model and the concept methods...", max_entries=2)
 def explainer(run_dir: str, _stamp: int):
+    import torch
+
     from vqlc_core.explain import Explainer
 
+    # One server process serves every session: one intra-op thread per forward keeps concurrent
+    # explanations from oversubscribing the cores (on 2 cores, 2 threads barely beat 1).
+    torch.set_num_threads(1)
     run = _run(run_dir, _stamp)
     methods = {m: (run.method(m), concepts(run_dir, _stamp, m)) for m in run.methods_built()}
     return Explainer(run.classifier, run.layer, methods, ig_steps=run.cfg.ig_steps)
@@ -94,6 +99,17 @@ def cloud(run, method: str, k: int):
     return concept_cloud(run.dir, method, k, cs.summary.at[k, "top_words"])
 
 
+def _is_built(run_dir: Path) -> bool:
+    """Whether the run has finished every stage (a cheap look at its manifest)."""
+    stages = read_json(run_dir / "manifest.json").get("stages", {})
+    return stages.get("maps", {}).get("state") == "complete"
+
+
+def _default_run(names: list[str]) -> str | None:
+    """The first fully built run, else the first run."""
+    return next((n for n in names if _is_built(cache_dir() / "runs" / n)), names[0] if names else None)
+
+
 _warming: set[tuple[str, int]] = set()
 
 
@@ -111,8 +127,8 @@ def warm_up() -> None:
     from vqlc_core.pipeline import list_runs
 
     runs = {p.name: p for p in list_runs(cache_dir())}
-    path = runs.get(st.session_state.get("run")) or next(iter(runs.values()), None)
-    if path is None:
+    path = runs.get(st.session_state.get("run")) or runs.get(_default_run(list(runs)))
+    if path is None or not _is_built(path):
         return
     key = (str(path), (path / "manifest.json").stat().st_mtime_ns)
     if key not in _warming:
@@ -144,8 +160,8 @@ def persisted(key: str, default):
     return wkey
 
 
-def _select(label: str, key: str, options: list, **kw):
-    wkey = persisted(key, options[0])
+def _select(label: str, key: str, options: list, default=None, **kw):
+    wkey = persisted(key, options[0] if default is None else default)
     if st.session_state[wkey] not in options:
         st.session_state[wkey] = options[0]
     st.session_state[key] = st.sidebar.selectbox(label, options, key=wkey, **kw)
@@ -169,7 +185,7 @@ def sidebar(need: tuple[str, ...] = (), choose_method: bool = True):
         st.info(f"No run is built yet under {cache_dir() / 'runs'}. Open the **Build** page to build the "
                 "default run, or run `python -m vqlc_core build`.")
         st.stop()
-    run_dir = cache_dir() / "runs" / _select("Run", "run", runs)
+    run_dir = cache_dir() / "runs" / _select("Run", "run", runs, default=_default_run(runs))
     with guard():
         run = _run(str(run_dir), (run_dir / "manifest.json").stat().st_mtime_ns)
     missing = [s for s in need if not run.manifest.is_complete(s)]

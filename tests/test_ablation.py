@@ -131,3 +131,13 @@ def test_ablated_proba_gives_new_class_probabilities(backbone):
     assert same.shape == changed.shape == (1, 2)
     assert np.allclose(same, plain) and np.allclose(changed.sum(1), 1.0)
     assert not np.allclose(changed, plain)
+
+
+def test_from_layer_restores_every_block_after_an_exception(backbone, enc):
+    with capture(backbone, LAYER) as got:
+        plain = run(backbone, enc)
+    with pytest.raises(RuntimeError):
+        with from_layer(backbone, LAYER, got["h"]):
+            raise RuntimeError("boom")
+    assert not any("forward" in vars(b) for b in backbone.blocks)
+    assert torch.equal(run(backbone, enc), plain)

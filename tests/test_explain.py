@@ -34,7 +34,7 @@ TEMPLATES = ["{s} is {a} .", "i thought {s} was {a} and i would say so again",
              "honestly , {s} felt {a} from start to finish"]
 
 
-def corpus(n_per_class=100, seed=0):
+def corpus(n_per_class=60, seed=0):
     rng = np.random.default_rng(seed)
     texts, labels = [], []
     for label, adjectives in enumerate([NEGATIVE, POSITIVE]):
@@ -211,7 +211,7 @@ def test_ablating_concepts_matches_the_hook_and_nothing_changes_nothing(explaine
 
 @pytest.mark.slow
 def test_faithfulness_reports_every_method_and_target(explainer, setup):
-    texts = setup["texts"][::5]
+    texts = setup["texts"][::3]  # 40 texts, both classes
     t0 = time.perf_counter()
     df = faithfulness(explainer, texts + ["  "], seed=0, progress=False, max_texts=30)
     again = faithfulness(explainer, texts, seed=0, progress=False, max_texts=30)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from typing import Iterator
+from weakref import WeakKeyDictionary
 
 import numpy as np
 import torch
@@ -17,6 +18,7 @@ import torch
 from .backbone import Backbone, edit_layer
 
 _RANK_TOL = 1e-6  # singular values below this fraction of the largest are dropped
+_BLOCK_TUPLE: WeakKeyDictionary = WeakKeyDictionary()  # backbone -> whether its blocks return tuples
 
 
 def orthonormal_basis(directions) -> torch.Tensor:
@@ -45,6 +47,34 @@ def project_out(h: torch.Tensor, basis: torch.Tensor) -> torch.Tensor:
     flat = h.reshape(h.shape[0], -1, h.shape[-1])  # (B, T, d)
     coef = flat @ q.transpose(1, 2)  # (B, T, r)
     return (flat - coef @ q).reshape(h.shape)
+
+
+class _Stop(Exception):
+    """Ends the probing forward of `_block_returns_tuple` after the first block."""
+
+
+def _block_returns_tuple(backbone: Backbone) -> bool:
+    """Whether a block's output is a tuple (older models) or a tensor; found once per backbone
+    with a two-token forward of the first block."""
+    if backbone in _BLOCK_TUPLE:
+        return _BLOCK_TUPLE[backbone]
+    got = {}
+
+    def hook(module, args, output):
+        got["tuple"] = isinstance(output, tuple)
+        raise _Stop
+
+    handle = backbone.blocks[0].register_forward_hook(hook)
+    enc, _ = backbone.tokenize(["a b"])
+    try:
+        with torch.inference_mode():
+            backbone.base(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])
+    except _Stop:
+        pass
+    finally:
+        handle.remove()
+    _BLOCK_TUPLE[backbone] = got["tuple"]
+    return got["tuple"]
 
 
 @contextmanager
@@ -79,43 +109,18 @@ def from_layer(backbone: Backbone, layer: int, states: torch.Tensor) -> Iterator
     def give_states(*args, **kwargs):
         return shaped(states)
 
-    for block in blocks:
-        block.forward = passthrough
-    blocks[-1].forward = give_states
+    saved = [vars(block).get("forward") for block in blocks]  # e.g. accelerate's wrapped forward
     try:
+        for block in blocks[:-1]:
+            block.forward = passthrough
+        blocks[-1].forward = give_states
         yield
     finally:
-        for block in blocks:
-            del block.forward  # the instance attribute goes; the class's forward is back
-
-
-def _block_returns_tuple(backbone: Backbone) -> bool:
-    """Whether a block's output is a tuple (older models) or a tensor; found once per backbone
-    with a two-token forward of the first block."""
-    cached = getattr(backbone, "_vqlc_block_tuple", None)
-    if cached is not None:
-        return cached
-    got = {}
-
-    def hook(module, args, output):
-        got["tuple"] = isinstance(output, tuple)
-        raise _Stop
-
-    handle = backbone.blocks[0].register_forward_hook(hook)
-    enc, _ = backbone.tokenize(["a b"])
-    try:
-        with torch.inference_mode():
-            backbone.base(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])
-    except _Stop:
-        pass
-    finally:
-        handle.remove()
-    backbone._vqlc_block_tuple = got["tuple"]
-    return got["tuple"]
-
-
-class _Stop(Exception):
-    pass
+        for block, old in zip(blocks, saved):
+            if old is None:
+                vars(block).pop("forward", None)  # the class's forward is back
+            else:
+                block.forward = old
 
 
 @torch.inference_mode()

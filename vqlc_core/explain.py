@@ -69,9 +69,9 @@ def layer_attributions(classifier, enc, layer: int, states: torch.Tensor, target
     how="ig": Integrated Gradients from a zero baseline, midpoint Riemann sum of `steps` points,
     all steps in one batch of B*steps sequences. how="grad_x_input": gradient times state (one
     point, alpha = 1)."""
-    alphas = (torch.arange(steps, dtype=torch.float32) + 0.5) / steps if how == "ig" else torch.ones(1)
     if how not in ("ig", "grad_x_input"):
         raise ValueError(f"Unknown attribution '{how}'; choose 'ig' or 'grad_x_input'.")
+    alphas = (torch.arange(steps, dtype=torch.float32) + 0.5) / steps if how == "ig" else torch.ones(1)
     S, (B, T, d) = len(alphas), states.shape
     targets = torch.as_tensor(np.asarray(targets), dtype=torch.long)
     x = (alphas[:, None, None, None] * states.detach()[None]).reshape(S * B, T, d).requires_grad_(True)

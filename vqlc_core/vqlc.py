@@ -112,7 +112,7 @@ class VQLC(ConceptMethod):
             torch.manual_seed(self.seed)
             model = VQModel(dim, self.n_concepts, hidden=self.hidden, beta=self.beta, decay=self.decay,
                             eps=self.eps, dead_threshold=threshold).to(self.device)
-        return model, torch.optim.Adam(model.parameters(), lr=self.lr)
+        return model, torch.optim.Adam(model.parameters(), lr=self.lr, foreach=True)
 
     def _set_normalization(self, store, rows) -> None:
         d = store.dim
@@ -206,7 +206,7 @@ class VQLC(ConceptMethod):
                 counts += torch.bincount(out.indices.cpu(), minlength=self.n_concepts)
                 bar.update(1)
                 if bar.n % 10 == 0:
-                    bar.set_postfix(loss=f"{float(out.loss):.4f}", ppl=f"{perplexity_from_counts(cb.cluster_size.cpu()):.0f}",
+                    bar.set_postfix(loss=f"{float(out.loss.detach()):.4f}", ppl=f"{perplexity_from_counts(cb.cluster_size.cpu()):.0f}",
                                     dead=int((cb.cluster_size < cb.dead_threshold).sum()), refresh=False)
             self.history_.append({"epoch": epoch + 1, **{k: v / n for k, v in sums.items()},
                                   "perplexity": perplexity_from_counts(counts), "dead_codes": int((counts == 0).sum()),

@@ -1,0 +1,191 @@
+"""Dashboard pages, one AppTest per page, on a small real run (MiniLM, 300 MR sentences, K = 20)
+built once into cache/runs/apptest. Session state is seeded to simulate arriving from another
+page. First-render times are printed (`pytest -s`)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import time
+import zipfile
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from tests.conftest import CACHE, ROOT
+from vqlc_core import report
+
+RUN = "apptest"
+PAGES = ["concepts", "codebook_map", "explain", "compare", "case_study", "build"]
+SENTENCE = "the plot is thin but the actors seem to enjoy themselves"  # plain words, one word each
+
+
+@pytest.fixture(scope="session")
+def built_run():
+    """The small run every page test reads; built on first use (about two minutes), then reused."""
+    from vqlc_core.config import preset
+    from vqlc_core.pipeline import Run, build
+
+    cfg = preset("default", run=RUN, limit=300, n_concepts=20, faithfulness_texts=20, cache_dir=CACHE)
+    run = Run(cfg.run_dir, cfg)
+    if not run.manifest.is_complete("maps"):
+        build(cfg, log=lambda msg: None)
+    return Run(cfg.run_dir)
+
+
+@pytest.fixture
+def cache_env(built_run, monkeypatch):
+    monkeypatch.setenv("VQLC_CACHE_DIR", str(CACHE))
+    return built_run
+
+
+def page(name: str, method: str = "vqlc", **state) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "pages" / f"{name}.py"), default_timeout=120)
+    at.session_state["run"] = RUN
+    at.session_state["method"] = method
+    for k, v in state.items():
+        at.session_state[k] = v
+    return at
+
+
+def rendered(at: AppTest, label: str = "") -> AppTest:
+    t0 = time.perf_counter()
+    at.run()
+    print(f"\n{label or 'page'}: first render {time.perf_counter() - t0:.2f} s")
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    return at
+
+
+def metric(at: AppTest, label: str):
+    return next(m for m in at.metric if m.label == label)
+
+
+def plotly_specs(at: AppTest) -> list[dict]:
+    return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+
+
+def n_points(trace: dict) -> int:
+    """Points in a plotly trace, whose arrays may come as lists or as base64 typed arrays."""
+    x = trace["x"]
+    if isinstance(x, dict):
+        return len(base64.b64decode(x["bdata"])) // np.dtype(x["dtype"]).itemsize
+    return len(x)
+
+
+def html_bodies(at: AppTest) -> list[str]:
+    return [m.value for m in at.markdown if "<span" in m.value]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", PAGES)
+def test_every_page_renders_without_an_exception(cache_env, name):
+    rendered(page(name), name)
+
+
+@pytest.mark.slow
+def test_concepts_page_opens_a_concept_with_highlighted_contexts_and_finds_words(cache_env):
+    at = rendered(page("concepts", concept=3, concept_method="vqlc"), "concepts (concept open)")
+    assert any("<mark>" in m.value for m in at.markdown)
+    assert plotly_specs(at), "the class distribution chart is missing"
+    at.sidebar.text_input[0].input("the").run()
+    assert not at.exception
+    assert any("concept(s) hold 'the'" in c.value for c in at.caption)
+
+
+@pytest.mark.slow
+def test_codebook_map_plots_every_concept_and_shows_the_chosen_one(cache_env):
+    at = rendered(page("codebook_map", concept=2, concept_method="vqlc"), "codebook_map")
+    spec = plotly_specs(at)[0]
+    points = sum(n_points(trace) for trace in spec["data"])
+    assert points == len(cache_env.concept_map("vqlc"))
+    assert any(m.value.startswith("c2:") for m in at.subheader)
+
+
+@pytest.mark.slow
+def test_explain_shows_the_prediction_and_a_concept_for_every_word(cache_env):
+    at = page("explain")
+    at.run()
+    at.text_area(key="_w_text").input(SENTENCE)
+    t0 = time.perf_counter()
+    rendered(at, "explain (typed input)")
+    print(f"explain rerun with a new input: {time.perf_counter() - t0:.2f} s")
+    assert metric(at, "Prediction").value in cache_env.class_names
+    assert 0.0 < float(metric(at, "Confidence").value) <= 1.0
+    (body,) = html_bodies(at)
+    assert body.count("<span title=") == len(SENTENCE.split())
+    assert at.toggle, "no concept to ablate is shown"
+
+
+@pytest.mark.slow
+def test_toggling_a_concept_changes_the_shown_confidence(cache_env):
+    at = page("explain", text=SENTENCE)
+    rendered(at, "explain")
+    before = float(metric(at, "Confidence").value)
+    for t in at.toggle:
+        t.set_value(True)
+    t0 = time.perf_counter()
+    at.run()
+    print(f"ablation toggle rerun: {time.perf_counter() - t0:.2f} s")
+    ablated = next(m for m in at.metric if m.label.startswith("Ablated"))
+    after = float(ablated.value.rsplit("(", 1)[1].rstrip(")"))
+    assert after != pytest.approx(before, abs=1e-4)
+
+
+@pytest.mark.slow
+def test_user_html_in_the_input_is_escaped(cache_env):
+    # The tokenizer makes "<" a word of its own, so the sentence holds "&lt;" then "img" in
+    # separate spans; test_browse checks a contiguous "&lt;img" with whitespace words.
+    evil = "<img src=x onerror=alert(1)> a fine <script>alert(2)</script> film"
+    at = rendered(page("explain", text=evil), "explain (html input)")
+    (body,) = html_bodies(at)
+    assert "&lt;" in body and "&gt;" in body and "img" in body
+    assert not any("<img" in m.value or "<script" in m.value for m in [*at.markdown, *at.caption])
+
+
+@pytest.mark.slow
+def test_compare_shows_the_three_methods_and_the_faithfulness_table(cache_env):
+    at = rendered(page("compare", text=SENTENCE), "compare")
+    assert [s.value for s in at.subheader] == ["kmeans", "lacoat", "vqlc"]
+    assert len(html_bodies(at)) == 3
+    faith = at.dataframe[0].value
+    assert set(faith["method"]) == {"kmeans", "lacoat", "vqlc"}
+    assert len(plotly_specs(at)) == 2
+
+
+@pytest.mark.slow
+def test_a_pin_from_explain_reaches_the_case_study_with_its_exports(cache_env):
+    at = rendered(page("explain", text=SENTENCE), "explain")
+    at.button(key="pin_explain").click().run()
+    pins = at.session_state["pins"]
+    assert len(pins) == 1 and pins[0]["text"] == SENTENCE and pins[0]["concepts"]
+
+    cs = rendered(page("case_study", pins=pins), "case_study (one pin)")
+    labels = {b.label for b in cs.get("download_button")}
+    assert {"Table (CSV)", "Table (LaTeX)", "Everything (zip with report.md)", "Ablation PNG", "Sentence SVG"} <= labels
+    assert len(cs.dataframe[0].value) == len(pins[0]["concepts"])
+    bundle = zipfile.ZipFile(io.BytesIO(report.bundle(pins)))
+    assert "report.md" in bundle.namelist()
+    assert bundle.read("figures/pin1_sentence.png").startswith(b"\x89PNG")
+
+
+def test_pages_explain_and_stop_without_a_built_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("VQLC_CACHE_DIR", str(tmp_path))
+    at = rendered(page("concepts"), "concepts (no run)")
+    assert "No run is built yet" in at.info[0].value
+    at = rendered(page("build"), "build (no run)")
+    assert at.button[0].label == "Build 'default'"
+
+
+def test_a_broken_run_is_one_sentence_not_a_traceback(tmp_path, monkeypatch):
+    bad = tmp_path / "runs" / "old"
+    bad.mkdir(parents=True)
+    (bad / "manifest.json").write_text(json.dumps({"format_version": 99, "config": {}, "stages": {}}))
+    monkeypatch.setenv("VQLC_CACHE_DIR", str(tmp_path))
+    at = page("explain", text=SENTENCE)
+    at.session_state["run"] = "old"
+    at.run()
+    assert not at.exception
+    assert "expected format 1, got 99" in at.error[0].value

@@ -1,0 +1,126 @@
+"""Tests of the VQ tensor math: farthest-first, EMA codebook, dead codes, straight-through."""
+
+import torch
+
+from vqlc_core.vq import EMACodebook, VQModel, _noop, farthest_first, squared_distances
+
+
+def _min_dist_to(chosen: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    return torch.cdist(x.double(), chosen.double()).pow(2).min(1).values
+
+
+def test_farthest_first_picks_the_farthest_remaining_point():
+    x = torch.tensor([[0.0, 0.0], [1.0, 0.0], [10.0, 0.0], [4.0, 3.0], [6.0, -1.0], [2.0, 9.0]])
+    picks = farthest_first(x, 6, seed=3)
+    for i in range(1, 6):
+        farthest_gap = _min_dist_to(picks[:i], x).max()
+        assert torch.isclose(_min_dist_to(picks[:i], picks[i : i + 1])[0], farthest_gap)
+
+
+def test_farthest_first_from_an_end_of_a_line_takes_the_other_end_next():
+    x = torch.tensor([[0.0], [1.0], [10.0], [4.0]])
+    for seed in range(20):
+        picks = farthest_first(x, 2, seed=seed)
+        if picks[0, 0] == 0.0:
+            assert picks[1, 0] == 10.0
+            return
+    raise AssertionError("no seed in 0..19 started at 0")
+
+
+def test_farthest_first_never_picks_a_duplicate_twice():
+    base = torch.tensor([[0.0, 0.0], [5.0, 0.0], [0.0, 5.0]])
+    x = base.repeat(10, 1)  # every row ten times
+    picks = farthest_first(x, 3, seed=0)
+    assert len(torch.unique(picks, dim=0)) == 3
+    assert torch.equal(torch.unique(picks, dim=0), torch.unique(base, dim=0))
+
+
+def test_farthest_first_fills_with_jittered_copies_when_there_are_too_few_unique_rows():
+    x = torch.tensor([[0.0, 0.0], [5.0, 0.0], [0.0, 5.0]]).repeat(4, 1)
+    picks = farthest_first(x, 5, seed=0)
+    assert picks.shape == (5, 2)
+    assert len(torch.unique(picks, dim=0)) == 5
+    assert torch.allclose(picks[3:], picks[:2], atol=1e-2)
+
+
+def test_farthest_first_is_seeded():
+    x = torch.randn(200, 8, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(farthest_first(x, 10, seed=1), farthest_first(x, 10, seed=1))
+    assert not torch.equal(farthest_first(x, 10, seed=1), farthest_first(x, 10, seed=2))
+
+
+def test_codebook_assigns_each_encoding_to_its_nearest_code():
+    cb = EMACodebook(5, 3)
+    cb.init_(torch.randn(5, 3, generator=torch.Generator().manual_seed(0)))
+    z = torch.randn(50, 3, generator=torch.Generator().manual_seed(1))
+    q, idx, dists = cb(z)
+    assert torch.equal(idx, torch.cdist(z, cb.embed).argmin(1))
+    assert torch.allclose(q, cb.embed[idx])
+    assert torch.allclose(dists, squared_distances(z, cb.embed))
+
+
+def test_one_ema_step_equals_the_formula():
+    decay, eps = 0.9, 0.1
+    cb = EMACodebook(2, 2, decay=decay, eps=eps)
+    cb.init_(torch.tensor([[1.0, 1.0], [-1.0, 1.0]]), count=1.0)
+    z = torch.tensor([[1.0, 0.0], [3.0, 0.0], [0.0, 2.0]])
+    cb.ema_update_(z, torch.tensor([0, 0, 1]))
+    # counts (2, 1), sums ((4, 0), (0, 2)); EMA: old * 0.9 + new * 0.1
+    size = torch.tensor([0.9 * 1 + 0.1 * 2, 0.9 * 1 + 0.1 * 1])  # (1.1, 1.0)
+    avg = torch.tensor([[0.9 * 1 + 0.1 * 4, 0.9 * 1 + 0.0], [0.9 * -1 + 0.0, 0.9 * 1 + 0.1 * 2]])
+    n = size.sum()
+    smoothed = (size + eps) / (n + 2 * eps) * n
+    assert torch.allclose(cb.cluster_size, size)
+    assert torch.allclose(cb.embed_avg, avg)
+    assert torch.allclose(cb.embed, avg / smoothed[:, None])
+
+
+def test_dead_codes_are_reseeded_with_the_largest_error_encodings_in_order():
+    cb = EMACodebook(4, 2, dead_threshold=0.5)
+    cb.init_(torch.tensor([[0.0, 0.0], [100.0, 100.0], [1.0, 0.0], [-100.0, 100.0]]))
+    cb.cluster_size.copy_(torch.tensor([1.0, 0.1, 1.0, 0.2]))  # codes 1 and 3 are dead
+    z = torch.tensor([[0.1, 0.0], [0.0, 7.0], [1.0, 3.0], [0.0, -5.0], [0.9, 0.0]])
+    _, _, dists = cb(z)
+    assert cb.replace_dead_codes_(z, dists) == 2
+    assert torch.equal(cb.embed[1], z[1])  # largest error: 7 from code 0
+    assert torch.equal(cb.embed[3], z[3])  # next largest: 5 from code 0
+    assert torch.equal(cb.embed[[0, 2]], torch.tensor([[0.0, 0.0], [1.0, 0.0]]))
+    assert (cb.cluster_size >= 0.5).all()
+
+
+def test_no_code_is_replaced_when_none_is_dead():
+    cb = EMACodebook(3, 2, dead_threshold=0.5)
+    cb.init_(torch.eye(3, 2))
+    before = cb.embed.clone()
+    z = torch.randn(4, 2)
+    assert cb.replace_dead_codes_(z, cb(z)[2]) == 0
+    assert torch.equal(cb.embed, before)
+
+
+def test_the_straight_through_gradient_reaches_the_encoder():
+    torch.manual_seed(0)
+    model = VQModel(6, n_codes=4, hidden=8)
+    h = torch.randn(16, 6)
+    model.codebook.init_(model.encoder(h).detach()[:4])
+    model(h).rec.backward()
+    assert model.encoder.proj.weight.grad.abs().sum() > 0
+    assert model.encoder.fc1.weight.grad.abs().sum() > 0
+    assert model.codebook.embed.grad is None
+
+
+def test_encoder_starts_as_the_identity_with_a_small_gate():
+    model = VQModel(5, n_codes=3, hidden=4)
+    h = torch.randn(7, 5)
+    assert model.encoder.gate.item() < 0.01
+    assert torch.allclose(model.encoder(h), h, atol=0.05)
+
+
+def test_the_codebook_state_lives_in_buffers_that_state_dict_saves():
+    state = VQModel(4, n_codes=3, hidden=4).state_dict()
+    for key in ("embed", "embed_avg", "cluster_size", "initted"):
+        assert f"codebook.{key}" in state
+
+
+def test_a_single_process_reduces_with_a_noop():
+    cb = EMACodebook(3, 2)
+    assert cb.all_reduce_fn is _noop and cb.broadcast_fn is _noop

@@ -1,0 +1,153 @@
+"""Tests of the VQLC estimator: training from a streamed store, determinism, resume, save/load."""
+
+import numpy as np
+import pytest
+import torch
+
+from vqlc_core.metrics import vqlc_measures
+from vqlc_core.runio import RunError
+from vqlc_core.store import ArrayStore
+from vqlc_core.vqlc import VQLC
+
+SMALL = dict(n_concepts=8, epochs=3, batch_size=64, hidden=16, init_sample=500, lr=2e-3, progress=False)
+
+
+def clustered(n=1200, d=12, k=8, seed=0) -> np.ndarray:
+    """n rows around k well-separated centres, plus one dimension with huge values."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(scale=4.0, size=(k, d))
+    x = centres[rng.integers(k, size=n)] + rng.normal(scale=0.3, size=(n, d))
+    x[:, 0] *= 100.0  # a massive activation
+    return x.astype(np.float32)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models train fastest on one thread; two threads on a busy machine spin and wait."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def store():
+    return ArrayStore(clustered(), chunk_rows=500)
+
+
+@pytest.fixture(scope="module")
+def fitted(store):
+    return VQLC(**SMALL).fit(store)
+
+
+def test_fit_returns_the_estimator_with_its_fitted_state(fitted):
+    assert isinstance(fitted, VQLC)
+    assert len(fitted.history_) == 3
+    assert set(fitted.history_[0]) >= {"loss", "rec", "commit", "perplexity", "dead_codes"}
+    assert fitted.mean_.shape == fitted.scale_.shape == (12,)
+    assert fitted.fit_time_s_ > 0
+
+
+def test_the_loss_falls_on_clustered_data(store):
+    model = VQLC(**{**SMALL, "epochs": 4}).fit(store)
+    assert model.history_[-1]["loss"] < model.history_[0]["loss"]
+    assert model.history_[-1]["perplexity"] > 6
+
+
+def test_predict_returns_the_nearest_code(fitted, store):
+    X = store.read(np.arange(300))
+    z = fitted.transform(X)
+    expected = ((z[:, None, :] - fitted.codebook_[None]) ** 2).sum(-1).argmin(1)
+    assert fitted.predict(X).dtype == np.int64
+    assert np.array_equal(fitted.predict(X), expected)
+    assert np.array_equal(fitted.predict(torch.from_numpy(X)), expected)
+
+
+def test_two_fits_with_the_same_seed_are_identical(fitted, store):
+    again = VQLC(**SMALL).fit(store)
+    assert torch.equal(again.model_.codebook.embed, fitted.model_.codebook.embed)
+    for a, b in zip(again.model_.parameters(), fitted.model_.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_a_fit_with_another_seed_differs(fitted, store):
+    other = VQLC(**{**SMALL, "seed": 1}).fit(store)
+    assert not torch.equal(other.model_.codebook.embed, fitted.model_.codebook.embed)
+
+
+def test_a_killed_and_resumed_fit_equals_an_uninterrupted_one(fitted, store, tmp_path):
+    VQLC(**{**SMALL, "epochs": 1}, checkpoint_dir=str(tmp_path)).fit(store)  # killed after epoch 1
+    resumed = VQLC(**SMALL, checkpoint_dir=str(tmp_path)).fit(store)
+    assert torch.equal(resumed.model_.codebook.embed, fitted.model_.codebook.embed)
+    for a, b in zip(resumed.model_.state_dict().values(), fitted.model_.state_dict().values()):
+        assert torch.equal(a, b)
+    assert resumed.history_ == fitted.history_
+
+
+def test_a_checkpoint_with_other_settings_is_refused(store, tmp_path):
+    VQLC(**{**SMALL, "epochs": 1}, checkpoint_dir=str(tmp_path)).fit(store)
+    with pytest.raises(ValueError, match="other settings"):
+        VQLC(**{**SMALL, "beta": 0.5}, checkpoint_dir=str(tmp_path)).fit(store)
+
+
+def test_save_and_load_give_the_same_predictions_without_pickle(fitted, store, tmp_path):
+    fitted.save(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["vqlc.json", "vqlc.safetensors"]
+    loaded = VQLC.load(tmp_path)
+    X = store.read(np.arange(200))
+    assert np.array_equal(loaded.predict(X), fitted.predict(X))
+    assert np.array_equal(loaded.transform(X), fitted.transform(X))
+    assert loaded.history_ == fitted.history_
+
+
+def test_predict_store_covers_every_row_in_order_with_mean_encodings(fitted, store):
+    indices, means = fitted.predict_store(store, batch_size=256, return_means=True)
+    X = store.read(np.arange(store.n_rows))
+    assert np.array_equal(indices, fitted.predict(X))
+    z = fitted.transform(X)
+    k = int(indices[0])
+    assert np.allclose(means[k], z[indices == k].mean(0), atol=1e-5)
+    assert np.array_equal(fitted.predict_store(store), indices)
+    assert set(fitted.concept_extra()) == {"codes", "encodings"}
+
+
+def test_fit_on_selected_rows_uses_only_those_rows(store):
+    rows = np.arange(0, store.n_rows, 2)
+    model = VQLC(**{**SMALL, "epochs": 1}).fit(store, rows=rows)
+    assert model.fit_info_["n_fit_rows"] == len(rows)
+    assert np.allclose(model.mean_, store.read(rows).mean(0), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("normalize", ["none", "standard", "center_rms"])
+def test_every_normalization_trains_and_takes_raw_rows(store, normalize):
+    model = VQLC(**{**SMALL, "epochs": 1}, normalize=normalize).fit(store)
+    X = store.read(np.arange(store.n_rows))
+    h = (X - model.mean_) / model.scale_
+    if normalize == "standard":
+        assert np.allclose(h.std(0), 1.0, atol=1e-3)
+    if normalize == "center_rms":
+        assert np.allclose(model.scale_, model.scale_[0])
+        assert np.sqrt((h**2).mean()) == pytest.approx(1.0, rel=1e-3)
+    assert model.predict(X).shape == (store.n_rows,)
+
+
+def test_an_unknown_normalization_is_refused(store):
+    with pytest.raises(ValueError, match="normalize must be one of"):
+        VQLC(**SMALL, normalize="zscore").fit(store)
+
+
+def test_predict_before_fit_says_to_fit_first():
+    with pytest.raises(RunError, match="not fitted"):
+        VQLC().predict(np.zeros((2, 3), np.float32))
+
+
+def test_predict_with_the_wrong_width_is_refused(fitted):
+    with pytest.raises(ValueError, match=r"expects an \(N, 12\) array"):
+        fitted.predict(np.zeros((2, 5), np.float32))
+
+
+def test_the_streamed_measures_describe_a_good_fit(fitted, store):
+    m = vqlc_measures(fitted, store)
+    assert set(m) == {"r2", "r2_normalized", "perplexity", "dead_codes"}
+    assert 0.5 < m["r2_normalized"] <= 1.0
+    assert m["dead_codes"] == 0 and m["perplexity"] > 6
