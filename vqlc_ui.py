@@ -151,10 +151,18 @@ def guard():
         st.stop()
 
 
+def _page() -> str:
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    return getattr(ctx, "page_script_hash", "") or "page"
+
+
 def persisted(key: str, default):
-    """The widget key for a value kept across pages in `st.session_state[key]` (widget state
-    itself is dropped when another page is shown)."""
-    wkey = f"_w_{key}"
+    """A widget key, one per page, for a value kept across pages in `st.session_state[key]`:
+    Streamlit drops a widget's state when a page without it runs, so each page's widget starts
+    from the kept value and the page copies the widget's value back."""
+    wkey = f"_w_{key}_{_page()[:8]}"
     if wkey not in st.session_state:
         st.session_state[wkey] = st.session_state.get(key, default)
     return wkey

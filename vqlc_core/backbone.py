@@ -8,6 +8,7 @@ same code: the blocks are found as the model's ModuleList of `num_hidden_layers`
 
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
@@ -69,6 +70,7 @@ class Backbone:
         self.tokenizer, self.model, self.kind, self.pooling = tokenizer, model.eval(), kind, pooling
         self.max_length, self.name, self.is_classifier = max_length, name, is_classifier
         self.model.requires_grad_(False)
+        self.lock = threading.RLock()  # hooks act on the shared model: one pass at a time
         self.tokenizer.padding_side = "right"  # causal models: pads after the text change nothing before them
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token

@@ -193,7 +193,12 @@ class Explainer:
     # --- public -------------------------------------------------------------------------------
     def explain(self, text: str) -> Explanation:
         """The prediction, every word's concept, the prediction representation's top concepts
-        and the salient words with their concepts, for each method."""
+        and the salient words with their concepts, for each method. Thread-safe: the hooks it
+        places act on the shared model, so passes are serialised by the backbone's lock."""
+        with self.backbone.lock:
+            return self._explain(text)
+
+    def _explain(self, text: str) -> Explanation:
         p = self._pass(text)
         pred = int(np.argmax(p.proba))
         names = self.classifier.class_names
@@ -236,6 +241,10 @@ class Explainer:
         """Project the hidden-space vectors of `concept_ids` (of `method`'s concept set) out of
         layer l and run the rest of the model. delta = new minus old probability of the
         originally predicted class (negative: the concepts supported the prediction)."""
+        with self.backbone.lock:
+            return self._ablate_concepts(text, method, concept_ids)
+
+    def _ablate_concepts(self, text: str, method: str, concept_ids) -> dict:
         _, concepts = self._method(method)
         ids = [int(k) for k in np.atleast_1d(np.asarray(concept_ids, dtype=np.int64))]
         bad = [k for k in ids if not 0 <= k < concepts.n_concepts]
