@@ -69,7 +69,7 @@ class VQLC(ConceptMethod):
     name = "vqlc"
 
     def __init__(self, n_concepts: int = 400, beta: float = 0.25, decay: float = 0.99, eps: float = 1e-5,
-                 dead_threshold: float = 0.05, epochs: int = 8, batch_size: int = 1024, lr: float = 2e-3,
+                 dead_threshold: float = 0.05, epochs: int = 5, batch_size: int = 1024, lr: float = 3e-4,
                  hidden: int = 256, init_sample: int = 20000, normalize: str = "standard", seed: int = 0,
                  checkpoint_dir: str | None = None, device: str = "cpu", progress: bool = True):
         self.n_concepts = n_concepts
@@ -154,7 +154,8 @@ class VQLC(ConceptMethod):
 
     @torch.no_grad()
     def _run(self, X: torch.Tensor, chunk: int = 8192):
-        """Yield (z, code index, raw-space reconstruction, normalised input) per chunk of X."""
+        """Per chunk of raw X: (z, code index, reconstruction in raw space, normalised input,
+        reconstruction in normalised space)."""
         self.model_.eval()
         for s in range(0, len(X), chunk):
             h = self._norm(X[s : s + chunk].to(self.device))
