@@ -181,10 +181,9 @@ def aggregate_words(hidden: torch.Tensor, words: list[WordSpan], how: str = "las
     """One vector per word (W, d) from one text's states (T, d): last, first or mean sub-word."""
     if not words:
         return hidden.new_zeros((0, hidden.shape[-1]))
-    if how == "last":
-        return hidden[[w.tokens[-1] for w in words]]
-    if how == "first":
-        return hidden[[w.tokens[0] for w in words]]
+    if how in ("last", "first"):
+        pick = -1 if how == "last" else 0
+        return hidden.index_select(0, torch.tensor([w.tokens[pick] for w in words]))
     return torch.stack([hidden[w.tokens].mean(0) for w in words])
 
 
