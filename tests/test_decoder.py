@@ -54,3 +54,47 @@ def test_last_token_pooling_reads_the_last_real_token_despite_padding(smol):
     alone, _ = smol.tokenize(texts[:1])
     h = smol.states_at(alone, 12)
     torch.testing.assert_close(pooled[0], h[0, -1], rtol=1e-3, atol=1e-3)
+
+
+@pytest.fixture(scope="module")
+def smol_explainer(smol, mr_texts, tmp_path_factory):
+    """A classifier head and K-Means concepts on 80 real MR sentences through SmolLM2."""
+    from vqlc_core.classifier import Classifier, pooled_features
+    from vqlc_core.concepts import ConceptSet
+    from vqlc_core.explain import Explainer
+    from vqlc_core.extract import ExtractConfig, build_store
+    from vqlc_core.kmeans import KMeansConcepts
+
+    part = mr_texts.groupby("label").head(40).reset_index(drop=True)
+    part["text_id"] = range(len(part))
+    feats = pooled_features(smol, part["text"].tolist(), batch_size=16, progress=False)
+    clf = Classifier.train(smol, feats, part["label"].to_numpy(), ["negative", "positive"], seed=0)
+    store = build_store(smol, part, ExtractConfig(layer=20, batch_size=16), tmp_path_factory.mktemp("smol") / "s",
+                        progress=False)
+    km = KMeansConcepts(n_concepts=12, seed=0).fit(store)
+    cs = ConceptSet.from_assignments("kmeans", store, km.predict_store(store), 12, ["negative", "positive"])
+    return Explainer(clf, 20, {"kmeans": (km, cs)}, ig_steps=4)
+
+
+def test_ablation_through_a_llama_layer_leaves_layer_states_orthogonal(smol, smol_explainer):
+    from vqlc_core.ablation import ablate
+    from vqlc_core.backbone import capture
+
+    cs = smol_explainer.methods["kmeans"][1]
+    dirs = cs.vectors[[0, 3]]
+    enc, _ = smol.tokenize(["a gorgeous , witty , seductive movie .", "the plot is a mess"])
+    with ablate(smol, 20, dirs), capture(smol, 20) as got:
+        smol.final_states(enc)
+    h = got["h"]
+    q, _ = torch.linalg.qr(torch.as_tensor(dirs, dtype=torch.float32).T)
+    rel = (h @ q).norm(dim=-1) / h.norm(dim=-1)
+    assert rel.max() < 1e-4
+
+
+def test_decoder_explanations_are_deterministic(smol_explainer):
+    text = "an uneven but often funny look at suburban life"
+    a = smol_explainer.explain(text).to_dict()
+    smol_explainer._cache.clear()
+    b = smol_explainer.explain(text).to_dict()
+    assert a == b
+    assert len(a["methods"]["kmeans"]["word_concepts"]) == len(a["words"]) == len(text.split())
