@@ -19,7 +19,7 @@ import plotly.express as px
 import streamlit as st
 
 from vqlc_core import browse
-from vqlc_core.runio import RunError, read_json
+from vqlc_core.runio import CorruptStage, RunError, read_json
 
 EXAMPLE = "a gorgeous, witty and deeply moving film, though its final act drags on far too long ."
 
@@ -143,12 +143,33 @@ def guard():
     """Show a run error, a bad input or a missing file as one sentence and stop the page."""
     try:
         yield
+    except CorruptStage as e:
+        st.error(str(e))
+        rebuild_button(e.run_dir, e.stage)
+        st.stop()
     except (RunError, ValueError) as e:
         st.error(str(e))
         st.stop()
     except FileNotFoundError as e:
         st.error(f"A file of this run is missing ({Path(e.filename or '?').name}); rebuild the run.")
         st.stop()
+
+
+def rebuild_button(run_dir: Path, stage: str) -> None:
+    """Offer to build `stage` of the run and every stage after it again, with a progress bar."""
+    if not st.button(f"Rebuild '{stage}'", key=f"rebuild_{stage}", type="primary", icon=":material/build:"):
+        return
+    import dataclasses
+
+    from vqlc_core.pipeline import Run, build
+
+    run_dir = Path(run_dir)
+    cfg = dataclasses.replace(Run(run_dir).cfg, cache_dir=run_dir.parent.parent, run=run_dir.name)
+    bar = st.progress(0.0, text="starting")
+    with guard():
+        build(cfg, rebuild=stage, log=lambda msg: None,
+              on_stage=lambda i, n, name: bar.progress(i / n, text=f"{name} ({i}/{n})"))
+    st.success(f"Run '{run_dir.name}' is rebuilt from stage '{stage}'; reload the page.")
 
 
 def _page() -> str:
@@ -196,6 +217,7 @@ def sidebar(need: tuple[str, ...] = (), choose_method: bool = True):
     run_dir = cache_dir() / "runs" / _select("Run", "run", runs, default=_default_run(runs))
     with guard():
         run = _run(str(run_dir), (run_dir / "manifest.json").stat().st_mtime_ns)
+        run.check(deep=False)  # sizes only: cheap enough for every rerun; the build checks digests
     missing = [s for s in need if not run.manifest.is_complete(s)]
     built = run.methods_built()
     if missing or (choose_method and not built):

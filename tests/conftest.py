@@ -39,3 +39,18 @@ def mr_texts() -> pd.DataFrame:
     ds = load_dataset("mr", cache_dir=CACHE, limit=300, seed=0)
     split = split_dataset(ds.labels, seed=0)
     return pd.DataFrame({"text_id": np.arange(len(ds.texts)), "text": ds.texts, "label": ds.labels, "split": split})
+
+
+@pytest.fixture(scope="session")
+def apptest_run():
+    """The small real run (MiniLM, 300 MR sentences, K = 20) in cache/runs/apptest that the
+    dashboard tests read; built on first use (about two minutes), then reused. Same run as
+    tests/test_pages.py's `built_run`."""
+    from vqlc_core.config import preset
+    from vqlc_core.pipeline import Run, build
+
+    cfg = preset("default", run="apptest", limit=300, n_concepts=20, faithfulness_texts=20, cache_dir=CACHE)
+    run = Run(cfg.run_dir, cfg)
+    if not run.manifest.is_complete("maps"):
+        build(cfg, log=lambda msg: None)
+    return Run(cfg.run_dir)

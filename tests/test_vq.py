@@ -2,7 +2,8 @@
 
 import torch
 
-from vqlc_core.vq import EMACodebook, VQModel, _noop, farthest_first, squared_distances
+from vqlc_core.distributed import _noop
+from vqlc_core.vq import EMACodebook, VQModel, farthest_first, squared_distances
 
 
 def _min_dist_to(chosen: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -124,3 +125,4 @@ def test_the_codebook_state_lives_in_buffers_that_state_dict_saves():
 def test_a_single_process_reduces_with_a_noop():
     cb = EMACodebook(3, 2)
     assert cb.all_reduce_fn is _noop and cb.broadcast_fn is _noop
+    assert cb.all_gather_fn(torch.ones(2))[0].tolist() == [1.0, 1.0]

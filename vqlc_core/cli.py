@@ -1,4 +1,5 @@
-"""Command line: `python -m vqlc_core {extract,train,build,runs}`.
+"""Command line: `python -m vqlc_core {extract,train,build,runs}`, also under
+`torchrun ... -m vqlc_core extract|train` (see the README, "Running on several machines").
 
 Every mistake a user can make ends in one sentence on stderr and exit status 2, never a
 traceback; an interrupted command resumes when it is run again.
@@ -26,7 +27,9 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     g.add_argument("--preset", default="default", choices=sorted(PRESETS),
                    help="starting configuration: default = MiniLM on MR sentence polarity; decoder = SmolLM2-135M "
                         "on MR; decoder-bbc = SmolLM2-135M on BBC News (default: %(default)s)")
-    g.add_argument("--run", help="run name, the folder under cache/runs/ (default: the preset's name)")
+    g.add_argument("--run", "--run-name", dest="run",
+                   help="run name, the folder under cache/runs/ (default: the preset's name); under torchrun "
+                        "write --run-name, as torchrun reads --run as its own --run-path")
     g.add_argument("--model", help="model: minilm, smollm2-135m, a Hugging Face name, a local directory or a .gguf file")
     g.add_argument("--dataset", help="dataset: mr, movies, bbc, or a .csv / .jsonl / .parquet file")
     g.add_argument("--text-column", help="text column of a dataset file (default: text)")
@@ -41,6 +44,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     e.add_argument("--aggregation", choices=["last", "first", "mean"],
                    help="which sub-word's state a word gets (default: last)")
     e.add_argument("--batch-size", type=int, help="texts per forward pass")
+    e.add_argument("--chunk-texts", type=int, help="texts per extraction chunk, the unit of resumption and of "
+                   "sharing out under torchrun: rank r takes chunks r, r+N, ... (default: 512)")
     e.add_argument("--max-length", type=int, help="tokens per text; longer texts are truncated (default: 128)")
     e.add_argument("--dtype", choices=["float32", "bfloat16"], help="bfloat16 autocast is faster on CPUs with BF16")
 
@@ -72,13 +77,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--methods", nargs="+", choices=METHODS, help="which concept methods (default: all three)")
     p.add_argument("--faithfulness-texts", type=int, help="test texts in the faithfulness table (default: 400)")
     p.add_argument("--force", action="store_true", help="delete the run and build it from scratch")
+    p.add_argument("--rebuild", metavar="STAGE", choices=["texts", "extract", "classifier", "fitset", *METHODS,
+                                                          "evaluate", "maps"],
+                   help="build this stage and every stage after it again, e.g. after a corrupt file was found")
     p = sub.add_parser("runs", help="list the runs under cache/runs/ and the state of their stages")
     p.add_argument("--cache-dir", type=Path, default=Path("cache"))
     return ap
 
 
 def _config(args):
-    skip = {"command", "preset", "force"}
+    skip = {"command", "preset", "force", "rebuild"}
     overrides = {k: v for k, v in vars(args).items() if k not in skip}
     if overrides.get("methods"):
         overrides["methods"] = tuple(overrides["methods"])
@@ -106,11 +114,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "runs":
             return _list_runs(args.cache_dir)
+        from . import distributed
         from .pipeline import build
 
         cfg = _config(args)
-        build(cfg, stages=STAGE_SETS[args.command], force=getattr(args, "force", False))
-        print(f"vqlc: run '{cfg.run}' is in {cfg.run_dir}")
+        distributed.init()  # under torchrun: join the process group; one process: nothing
+        quiet = (lambda *a, **k: None) if not distributed.is_main() else print
+        build(cfg, stages=STAGE_SETS[args.command], force=getattr(args, "force", False), log=quiet,
+              rebuild=getattr(args, "rebuild", None))
+        quiet(f"vqlc: run '{cfg.run}' is in {cfg.run_dir}")
         return 0
     except RunError as e:
         print(f"vqlc: error: {e}", file=sys.stderr)
@@ -118,3 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("vqlc: interrupted; run the same command again to resume.", file=sys.stderr)
         return 130
+    finally:
+        from . import distributed
+
+        distributed.close()

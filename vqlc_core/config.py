@@ -26,6 +26,7 @@ class BuildConfig:
     aggregation: str = "last"  # sub-word -> word: last (the baselines' choice), first or mean
     max_length: int = 128  # tokens per text; longer texts are truncated
     batch_size: int = 32
+    chunk_texts: int = 512  # extraction's unit of resumption and of sharing out across torchrun ranks
     dtype: str = "float32"  # float32 or bfloat16 (CPU autocast) for extraction and explanation
     seed: int = 0
     methods: tuple[str, ...] = METHODS
@@ -51,6 +52,8 @@ class BuildConfig:
             raise RunError(f"limit must be at least 10 texts, got {self.limit}.")
         if self.vqlc_fit_on not in ("fitset", "all"):
             raise RunError(f"vqlc_fit_on must be 'fitset' or 'all', got {self.vqlc_fit_on!r}.")
+        if self.chunk_texts < 1:
+            raise RunError(f"chunk_texts must be at least 1, got {self.chunk_texts}.")
         if self.max_length < 4:
             raise RunError(f"max_length must be at least 4 tokens, got {self.max_length}.")
         self.cache_dir = Path(self.cache_dir)

@@ -246,7 +246,10 @@ class Explainer:
 
     def _ablate_concepts(self, text: str, method: str, concept_ids) -> dict:
         _, concepts = self._method(method)
-        ids = [int(k) for k in np.atleast_1d(np.asarray(concept_ids, dtype=np.int64))]
+        try:
+            ids = [int(k) for k in np.atleast_1d(np.asarray(concept_ids, dtype=np.int64))]
+        except (TypeError, ValueError):
+            raise ValueError(f"Concept ids must be whole numbers, got {concept_ids!r}.") from None
         bad = [k for k in ids if not 0 <= k < concepts.n_concepts]
         if bad:
             raise ValueError(f"Concept ids {bad} are outside {method}'s concepts 0..{concepts.n_concepts - 1}.")

@@ -2,7 +2,8 @@
 
 Each stage writes its files atomically and is recorded in the run's manifest when complete;
 a rerun skips finished stages, so an interrupted build resumes. The dashboard's Build button
-and the command line run this same code.
+and the command line run this same code. Under torchrun every rank runs `extract` and `vqlc`
+(sharded); rank 0 alone runs the other stages and writes the manifest while the others wait.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from . import distributed
 from .config import BuildConfig
-from .runio import Manifest, RunError, read_json, read_npy, read_parquet, write_json, write_npy, write_parquet
+from .runio import CorruptStage, Manifest, RunError, read_json, read_npy, read_parquet, write_json, write_npy, write_parquet
 
 STAGES = ("texts", "extract", "classifier", "fitset", "vqlc", "kmeans", "lacoat", "evaluate", "maps")
+SHARDED = ("extract", "vqlc")  # the stages every rank runs under torchrun
 
 
 class Run:
@@ -81,6 +84,52 @@ class Run:
     def methods_built(self) -> list[str]:
         return [m for m in self.cfg.methods if self.manifest.is_complete(m)]
 
+    # --- integrity ------------------------------------------------------------------------
+    def stage_order(self) -> list[str]:
+        return ["texts", "extract", "classifier", "fitset", *self.cfg.methods, "evaluate", "maps"]
+
+    def seal(self, stage: str) -> dict:
+        """Record the sizes and sha256 digests of `stage`'s files (kept in its manifest entry)."""
+        from .integrity import record
+
+        return record(self.dir, stage, tuple(self.cfg.methods))
+
+    def verify(self, deep: bool = True) -> dict[str, str]:
+        """{stage: what is wrong} for every finished stage whose files are missing, truncated or
+        changed since they were written (digests only when `deep`); empty when all is well.
+        Stages finished before files were recorded are taken as they are."""
+        from .integrity import problem
+
+        out = {}
+        for stage in self.stage_order():
+            entry = self.manifest.data["stages"].get(stage, {})
+            if entry.get("state") == "complete" and entry.get("files"):
+                why = problem(self.dir, entry["files"], deep=deep)
+                if why:
+                    out[stage] = why
+        return out
+
+    def check(self, deep: bool = True) -> None:
+        """Raise CorruptStage, naming the first stage to rebuild, when `verify` finds a problem."""
+        problems = self.verify(deep=deep)
+        if problems:
+            stage, why = next(iter(problems.items()))
+            raise CorruptStage(f"Stage '{stage}' of run '{self.dir.name}' is corrupt ({why}); "
+                               f"rerun with --rebuild {stage}.", self.dir, stage)
+
+    def invalidate_from(self, stage: str) -> list[str]:
+        """Mark `stage` and every stage after it as not built; return them."""
+        order = self.stage_order()
+        if stage not in order:
+            raise RunError(f"Unknown stage '{stage}'; choose one of {', '.join(order)}.")
+        later = order[order.index(stage):]
+        for s in later:
+            self.manifest.data["stages"].pop(s, None)
+        self.manifest.save()
+        if "extract" in later:  # a finished store is reused as it is; start it afresh
+            shutil.rmtree(self.dir / "store", ignore_errors=True)
+        return later
+
     def concept_set(self, method: str):
         from .concepts import ConceptSet
 
@@ -122,7 +171,8 @@ def make_method(name: str, cfg: BuildConfig, run_dir: Path):
 
         kw = {} if cfg.vqlc_epochs is None else {"epochs": cfg.vqlc_epochs}
         return VQLC(n_concepts=cfg.n_concepts, beta=cfg.vqlc_beta, seed=cfg.seed,
-                    checkpoint_dir=str(run_dir / "methods" / "vqlc" / "checkpoint"), **kw)
+                    checkpoint_dir=str(run_dir / "methods" / "vqlc" / "checkpoint"),
+                    device=distributed.device() if distributed.world() > 1 else "cpu", **kw)
     if name == "kmeans":
         from .kmeans import KMeansConcepts
 
@@ -156,8 +206,13 @@ def stage_extract(run: Run, log: Callable) -> dict:
     run.manifest.data["layer"] = layer
     run.manifest.data["pooling"] = cfg.pooling or bb.pooling
     ecfg = ExtractConfig(layer=layer, aggregation=cfg.aggregation, pooling=cfg.pooling, batch_size=cfg.batch_size,
-                         dtype=cfg.dtype)
-    store = build_store(bb, run.texts, ecfg, run.dir / "store")
+                         chunk_texts=cfg.chunk_texts, dtype=cfg.dtype)
+    device = distributed.device() if distributed.world() > 1 else "cpu"
+    bb.model.to(device)  # each rank's own GPU under torchrun with CUDA
+    try:
+        store = build_store(bb, run.texts, ecfg, run.dir / "store")
+    finally:
+        bb.model.to("cpu")
     run._store = store
     return {"n_rows": store.n_rows, "dim": store.dim, "layer": layer}
 
@@ -216,6 +271,8 @@ def stage_method(name: str) -> Callable:
         with PeakMemory() as mem:
             method.fit(store, rows=rows)
         fit_time = time.perf_counter() - t0
+        if not distributed.is_main():
+            return {}  # every rank holds the fitted model; rank 0 assigns and saves
         out = method.predict_store(store)
         assignments = out[0] if isinstance(out, tuple) else out
         extra = method.concept_extra() if hasattr(method, "concept_extra") else {}
@@ -282,12 +339,13 @@ def stage_functions(cfg: BuildConfig) -> list[tuple[str, Callable]]:
 
 
 def build(cfg: BuildConfig, stages: list[str] | None = None, log: Callable = print,
-          on_stage: Callable | None = None, force: bool = False) -> Run:
+          on_stage: Callable | None = None, force: bool = False, rebuild: str | None = None) -> Run:
     """Run the pipeline for `cfg`, skipping stages already complete. `stages` limits which run
     (e.g. ["texts", "extract"]); `on_stage(i, n, name)` reports progress (the dashboard's bar)."""
     run_dir = cfg.run_dir
-    if force and run_dir.exists():
+    if force and run_dir.exists() and distributed.is_main():
         shutil.rmtree(run_dir)
+    distributed.barrier()
     run = Run(run_dir, cfg)
     if run.manifest.path.exists():
         run.manifest.check_version()
@@ -298,8 +356,15 @@ def build(cfg: BuildConfig, stages: list[str] | None = None, log: Callable = pri
             k = diff[0]
             raise RunError(f"Run '{cfg.run}' was built with {k}={old.get(k)!r}, not {cfg.to_json().get(k)!r}; "
                            "choose another --run name or pass --force to rebuild it.")
+    distributed.barrier()  # every rank has checked the old config before rank 0 writes the new one
     run.manifest.data["config"] = cfg.to_json()
-    run.manifest.save()
+    if distributed.is_main():
+        run.manifest.save()
+        if rebuild:
+            log(f"[{rebuild}] rebuilding: " + ", ".join(run.invalidate_from(rebuild)) + " invalidated")
+    distributed.barrier()
+    run.manifest = Manifest(run.dir)  # what rank 0 invalidated
+    run.check()  # never build on a finished stage whose files changed since
     todo = [(n, f) for n, f in stage_functions(cfg) if stages is None or n in stages]
     for i, (name, fn) in enumerate(todo):
         if on_stage:
@@ -309,9 +374,13 @@ def build(cfg: BuildConfig, stages: list[str] | None = None, log: Callable = pri
             continue
         log(f"[{name}] running")
         t0 = time.perf_counter()
-        info = fn(run, log)
+        info = fn(run, log) if name in SHARDED or distributed.is_main() else {}
         info["wall_s"] = round(time.perf_counter() - t0, 2)
-        run.manifest.complete(name, **info)
+        if distributed.is_main():
+            run.manifest.complete(name, **info, files=run.seal(name))
+        distributed.barrier()  # the stage's files and its manifest record are written
+        if not distributed.is_main():
+            run.manifest = Manifest(run.dir)  # what rank 0 recorded (class names, layer, ...)
         log(f"[{name}] done in {info['wall_s']} s: {json.dumps({k: v for k, v in info.items() if k != 'wall_s'})}")
     if on_stage:
         on_stage(len(todo), len(todo), "done")

@@ -24,6 +24,14 @@ class RunError(Exception):
     """A mistake a user can make or a run directory that does not match: one clear sentence."""
 
 
+class CorruptStage(RunError):
+    """A finished stage whose files are missing or changed; `stage` is the one to rebuild."""
+
+    def __init__(self, message: str, run_dir, stage: str):
+        super().__init__(message)
+        self.run_dir, self.stage = Path(run_dir), stage
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds."""

@@ -6,31 +6,11 @@ estimator that trains these modules from a store is in `vqlc.py`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-
-def _noop(tensor: torch.Tensor, *args, **kwargs) -> None:
-    return None
-
-
-def _distributed_fns() -> tuple[Callable, Callable]:
-    """(all_reduce, broadcast-from-rank-0): torch.distributed's when a process group of more
-    than one rank is running, otherwise no-ops. Chosen once, at construction."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        return dist.all_reduce, lambda t: dist.broadcast(t, src=0)
-    return _noop, _noop
-
-
-def _is_rank0() -> bool:
-    import torch.distributed as dist
-
-    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+from .distributed import collectives
 
 
 def squared_distances(z: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
@@ -120,7 +100,7 @@ class EMACodebook(nn.Module):
         self.register_buffer("embed_avg", self.embed.clone())
         self.register_buffer("cluster_size", torch.ones(n_codes))
         self.register_buffer("initted", torch.tensor(False))
-        self.all_reduce_fn, self.broadcast_fn = _distributed_fns()
+        self.all_reduce_fn, self.broadcast_fn, self.all_gather_fn = collectives()  # no-ops in one process
 
     @torch.no_grad()
     def init_(self, codes: torch.Tensor, count: float = 1.0) -> None:
@@ -165,25 +145,29 @@ class EMACodebook(nn.Module):
 
         Dead codes, in index order, take the batch encodings with the largest assignment error
         (distance to their nearest code): the first dead code the largest, the next the next
-        largest. The dead set comes from the (reduced, identical) EMA counts; the encodings come
-        from rank 0's batch and are broadcast, so every rank makes the same change.
+        largest, ties in batch order. The dead set comes from the (reduced, identical) EMA
+        counts. Across ranks the batch is the global one: each rank offers its own largest-error
+        encodings, all are gathered in rank order, and every rank picks the same ones, so every
+        rank makes the same change and it equals the change one process makes on the whole batch.
         """
         dead = torch.nonzero(self.cluster_size < self.dead_threshold).squeeze(1)  # (n_dead,), in index order
         if len(dead) == 0:
             return 0
-        n = torch.tensor([min(len(dead), len(z))], device=z.device)
-        self.broadcast_fn(n)
-        dead = dead[: int(n)]
-        new = torch.zeros(len(dead), self.dim, dtype=self.embed.dtype, device=z.device)
-        if _is_rank0():
-            err = dists.min(1).values  # (B,)
-            order = torch.argsort(err, descending=True, stable=True)[: len(dead)]
-            new.copy_(z.detach()[order])
-        self.broadcast_fn(new)
+        n_batch = torch.tensor([len(z)], device=z.device)
+        self.all_reduce_fn(n_batch)
+        dead = dead[: min(len(dead), int(n_batch))]
+        n = len(dead)
+        err = dists.min(1).values if len(z) else z.new_zeros(0)  # (B,)
+        top = torch.argsort(err, descending=True, stable=True)[:n]
+        offer = torch.full((n, self.dim + 1), float("-inf"), dtype=self.embed.dtype, device=z.device)  # (n, 1 + dz)
+        offer[: len(top), 0] = err[top].to(offer.dtype)
+        offer[: len(top), 1:] = z.detach()[top].to(offer.dtype)
+        offers = torch.cat(self.all_gather_fn(offer))  # (N·n, 1 + dz), rank order
+        new = offers[torch.argsort(offers[:, 0], descending=True, stable=True)[:n], 1:]  # (n, dz)
         self.embed[dead] = new
         self.cluster_size[dead] = self.dead_threshold
         self.embed_avg[dead] = new * self.dead_threshold
-        return len(dead)
+        return n
 
 
 @dataclass

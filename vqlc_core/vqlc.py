@@ -1,10 +1,12 @@
 """VQLC, the estimator: trains a `VQModel` on mini-batches streamed from an activation store,
 so memory does not grow with the number of rows, and maps raw store vectors to codes.
 Checkpoints are safetensors plus JSON (never pickle); a killed fit resumes where it stopped.
+Under torchrun every rank trains the same model on its slice of each global batch (see `fit`).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import time
@@ -14,6 +16,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from . import distributed
 from .methods import ConceptMethod
 from .metrics import R2Accumulator, perplexity_from_counts
 from .runio import RunError, read_safetensors, write_json, write_safetensors
@@ -27,16 +30,36 @@ NORMALIZE = ("none", "standard", "center_rms")
 _RESUMABLE = ("epochs", "progress", "checkpoint_dir", "device")
 
 
-def _moments(store, rows, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per-dimension mean and variance of the selected rows, in one streamed pass (float64)."""
+def _moments(store, rows, batch_size: int, all_reduce, device: str = "cpu") -> tuple[np.ndarray, np.ndarray]:
+    """Per-dimension mean and variance of the selected rows, in one streamed pass (float64).
+
+    Rank r sums batches r, r+N, ...; the sums and the count are then all-reduced."""
     n, s, ss = 0, torch.zeros(store.dim, dtype=torch.float64), torch.zeros(store.dim, dtype=torch.float64)
-    for x in store.iter_batches(batch_size, shuffle=False, rows=rows):
+    batches = store.iter_batches(batch_size, shuffle=False, rows=rows)
+    for x in itertools.islice(batches, distributed.rank(), None, distributed.world()):
         x = x.double()
         n += len(x)
         s += x.sum(0)
         ss += x.pow(2).sum(0)
+    total = torch.cat([torch.tensor([float(n)], dtype=torch.float64), s, ss]).to(device)  # (1 + 2d,)
+    all_reduce(total)
+    n, s, ss = total.cpu()[0], total.cpu()[1 : 1 + store.dim], total.cpu()[1 + store.dim :]
     mean = s / n
     return mean.numpy(), (ss / n - mean.pow(2)).clamp_min(0.0).numpy()
+
+
+def _all_reduce_grads_(params: list[torch.Tensor], all_reduce) -> None:
+    """Sum every gradient over the ranks in one all-reduce of a flat buffer (a parameter a rank
+    left without gradient counts as zero)."""
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    all_reduce(flat)
+    for p, g in zip(params, flat.split([p.numel() for p in params])):
+        p.grad = g.view_as(p)
+
+
+def _noop(*args) -> None:
+    return None
 
 
 def _read_meta(path: Path) -> dict:
@@ -119,7 +142,7 @@ class VQLC(ConceptMethod):
         if self.normalize == "none":
             self.mean_, self.scale_ = np.zeros(d, np.float32), np.ones(d, np.float32)
             return
-        mean, var = _moments(store, rows, max(self.batch_size, 8192))
+        mean, var = _moments(store, rows, max(self.batch_size, 8192), distributed.collectives().all_reduce, self.device)
         if self.normalize == "standard":
             std = np.sqrt(var)
             scale = np.where(std > 1e-8, std, 1.0)
@@ -133,17 +156,21 @@ class VQLC(ConceptMethod):
         return (x - mean) / scale  # (B, d)
 
     def _init_codebook(self, store, rows) -> None:
-        n = store.n_rows if rows is None else len(rows)
-        k = min(self.init_sample, n)
-        if rows is None:
-            sample = store.sample(k, self.seed)
-        else:
-            pick = np.random.default_rng(self.seed).choice(rows, size=k, replace=False)
-            sample = store.read(np.sort(pick))
-        with torch.no_grad():
-            z = self.model_.encoder(self._norm(torch.from_numpy(sample).to(self.device)))  # (k, dz)
-        codes = farthest_first(z, self.n_concepts, self.seed)
-        self.model_.codebook.init_(codes, count=self.batch_size / self.n_concepts)
+        """Farthest-first codes from a seeded sample, computed on rank 0 and broadcast by `init_`."""
+        cb = self.model_.codebook
+        codes = torch.zeros_like(cb.embed)  # (K, dz)
+        if distributed.is_main():
+            n = store.n_rows if rows is None else len(rows)
+            k = min(self.init_sample, n)
+            if rows is None:
+                sample = store.sample(k, self.seed)
+            else:
+                pick = np.random.default_rng(self.seed).choice(rows, size=k, replace=False)
+                sample = store.read(np.sort(pick))
+            with torch.no_grad():
+                z = self.model_.encoder(self._norm(torch.from_numpy(sample).to(self.device)))  # (k, dz)
+            codes = farthest_first(z, self.n_concepts, self.seed)
+        cb.init_(codes, count=self.batch_size / self.n_concepts)
 
     def _as_tensor(self, X) -> torch.Tensor:
         self.check_fitted("model_")
@@ -166,7 +193,13 @@ class VQLC(ConceptMethod):
     # ---- fit --------------------------------------------------------------------------
 
     def fit(self, store, rows: np.ndarray | None = None) -> "VQLC":
-        """Train on the store's `rows` (all rows when None), streaming mini-batches; returns self."""
+        """Train on the store's `rows` (all rows when None), streaming mini-batches; returns self.
+
+        Under torchrun every rank reads the same shuffled stream of global batches of
+        `batch_size` rows and trains on its contiguous slice of each; gradients and the
+        codebook's EMA sums and counts are summed over the ranks, so all ranks hold one model,
+        equal (up to float summation order) to the model one process trains. Only rank 0 writes.
+        """
         self._validate()
         rows = None if rows is None else np.sort(np.asarray(rows, dtype=np.int64))
         n = store.n_rows if rows is None else len(rows)
@@ -175,6 +208,8 @@ class VQLC(ConceptMethod):
         with self.measure_fit(n):
             self.n_features_in_ = store.dim
             self.model_, opt = self._build(store.dim)
+            for t in self.model_.state_dict().values():  # one model on every rank from the start
+                distributed.collectives().broadcast(t)
             start = self._resume(opt, store.dim) if self.checkpoint_dir else None
             if start is None:
                 start, self.history_ = 0, []
@@ -187,28 +222,39 @@ class VQLC(ConceptMethod):
 
     def _train(self, store, rows, opt, start: int, n: int) -> None:
         model, cb = self.model_, self.model_.codebook
+        all_reduce = distributed.collectives().all_reduce
+        reduce_grads_ = _all_reduce_grads_ if distributed.world() > 1 else _noop  # chosen once
+        params = list(model.parameters())
         steps = math.ceil(n / self.batch_size)
         bar = tqdm(total=self.epochs * steps, initial=min(start, self.epochs) * steps, desc="vqlc",
-                   disable=None if self.progress else True, unit="step")
+                   disable=None if self.progress and distributed.is_main() else True, unit="step")
         for epoch in range(start, self.epochs):
             model.train()
             sums = {"loss": 0.0, "rec": 0.0, "commit": 0.0}
             counts = torch.zeros(self.n_concepts, dtype=torch.long)
             replaced = 0
-            for x in store.iter_batches(self.batch_size, shuffle=True, seed=self.seed + epoch, rows=rows):
+            for batch in store.iter_batches(self.batch_size, shuffle=True, seed=self.seed + epoch, rows=rows):
+                x = distributed.local_slice(batch)  # (B_r, d), this rank's part of the global batch
                 out = model(self._norm(x.to(self.device)))
                 opt.zero_grad(set_to_none=True)
-                out.loss.backward()
+                # Weighted by the slice's share, the summed gradients are those of the global mean.
+                (out.loss * (len(x) / len(batch)) if len(x) else out.z.sum()).backward()
+                reduce_grads_(params, all_reduce)
                 opt.step()
                 cb.ema_update_(out.z, out.indices)
                 replaced += cb.replace_dead_codes_(out.z, out.dists)
                 for key in sums:
-                    sums[key] += float(getattr(out, key).detach()) * len(x)
+                    sums[key] += float(getattr(out, key).detach()) * len(x) if len(x) else 0.0
                 counts += torch.bincount(out.indices.cpu(), minlength=self.n_concepts)
                 bar.update(1)
                 if bar.n % 10 == 0:
                     bar.set_postfix(loss=f"{float(out.loss.detach()):.4f}", ppl=f"{perplexity_from_counts(cb.cluster_size.cpu()):.0f}",
                                     dead=int((cb.cluster_size < cb.dead_threshold).sum()), refresh=False)
+            totals = torch.tensor(list(sums.values()), dtype=torch.float64, device=self.device)
+            counts = counts.to(self.device)
+            all_reduce(totals)
+            all_reduce(counts)
+            sums, counts = dict(zip(sums, totals.tolist())), counts.cpu()
             self.history_.append({"epoch": epoch + 1, **{k: v / n for k, v in sums.items()},
                                   "perplexity": perplexity_from_counts(counts), "dead_codes": int((counts == 0).sum()),
                                   "replaced": replaced})
@@ -284,6 +330,8 @@ class VQLC(ConceptMethod):
     # ---- save / load / resume ---------------------------------------------------------
 
     def _write(self, path: Path, opt: torch.optim.Optimizer | None = None, epoch: int | None = None) -> None:
+        if not distributed.is_main():
+            return  # every rank holds the same model; rank 0 writes it
         tensors = {f"model.{k}": v for k, v in self.model_.state_dict().items()}
         tensors["norm.mean"] = torch.from_numpy(self.mean_)
         tensors["norm.scale"] = torch.from_numpy(self.scale_)

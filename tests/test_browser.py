@@ -1,0 +1,286 @@
+"""The dashboard in a real browser: `streamlit run app.py` on a free local port, driven by
+Debian's chromium through playwright, on the small run cache/runs/apptest (the same run as
+tests/test_pages.py). Each test leaves a screenshot in test-output/browser/<test-name>.png.
+Skipped when /usr/bin/chromium is missing (test.sh installs it when run as root)."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run", "--disable-quic"]
+SHOTS = ROOT / "test-output" / "browser"
+SENTENCE = "the plot is thin but the actors seem to enjoy themselves"  # plain words, one word each
+EVIL = "<img src=x onerror=alert(1)> a fine <script>alert(2)</script> film"
+LONG = 60_000  # ms: a page may wait for the model to load
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _health(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return r.status == 200 and r.read().strip() == b"ok"
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def server(apptest_run, tmp_path_factory):
+    """The dashboard on a free port, reading a cache that holds only the apptest run (so it is
+    the run the sidebar picks). Yields the base URL; kills the server's process group after."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
+    cache = tmp_path_factory.mktemp("browser_cache")
+    (cache / "runs").mkdir()
+    (cache / "runs" / apptest_run.dir.name).symlink_to(apptest_run.dir.resolve(), target_is_directory=True)
+    port = _free_port()
+    log_path = cache / "server.log"
+    env = {**os.environ, "VQLC_CACHE_DIR": str(cache), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false"}
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.address", "127.0.0.1",
+             "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false",
+             "--server.fileWatcherType", "none"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while not _health(f"{base}/_stcore/health"):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                why = f"exited with {proc.returncode}" if proc.poll() is not None else "no health answer in 60 s"
+                pytest.fail(f"streamlit server {why}; its log:\n{log_path.read_text(errors='replace')}")
+            time.sleep(0.3)
+        yield base
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=10)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def browser(server):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser, server, request):
+    """A fresh page (own context, so its own Streamlit session) that records any JS dialog in
+    `page.dialogs` and leaves a screenshot when the test ends, passed or failed."""
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=LONG)
+    context = browser.new_context(viewport={"width": 1400, "height": 1400}, accept_downloads=True)
+    pg = context.new_page()
+    pg.base = server
+    pg.dialogs = []
+
+    def on_dialog(d):
+        pg.dialogs.append(f"{d.type}: {d.message}")
+        d.dismiss()
+
+    pg.on("dialog", on_dialog)
+    yield pg
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    try:
+        pg.screenshot(path=str(SHOTS / f"{request.node.name}.png"), full_page=True)
+    finally:
+        context.close()
+
+
+def idle(pg) -> None:
+    """Wait until Streamlit has finished its current script run (its app root says so), no
+    element is left stale from the previous run and no skeleton waits for a lazily loaded
+    component (buttons, images and charts come as separate scripts on a first load). Call it
+    after the action's first visible effect: right after a click the script may not have
+    started yet."""
+    pg.wait_for_function("""() =>
+        document.querySelector('[data-testid="stApp"]')?.dataset.testScriptState === 'notRunning'
+        && !document.querySelector('[data-stale="true"], [data-testid^="stSkeleton"], [data-testid="stAppSkeleton"]')
+    """, timeout=LONG)
+    pg.wait_for_timeout(200)
+
+
+def open_page(pg, path: str, title: str) -> None:
+    from playwright.sync_api import expect
+
+    pg.goto(f"{pg.base}/{path}")
+    expect(pg.get_by_role("heading", name=title)).to_be_visible()
+    idle(pg)
+
+
+def metric_value(pg, label: str) -> str:
+    m = pg.locator('[data-testid="stMetric"]').filter(has=pg.locator('[data-testid="stMetricLabel"]', has_text=label))
+    return m.locator('[data-testid="stMetricValue"]').inner_text().strip()
+
+
+def explain(pg, text: str, marker: str) -> None:
+    """Type `text` into the Explain page's input, commit it (Ctrl+Enter) and wait until the
+    coloured sentence shows `marker` (a word of `text` absent from the example input)."""
+    from playwright.sync_api import expect
+
+    box = pg.locator('[data-testid="stTextArea"] textarea')
+    box.fill(text)
+    box.press("Control+Enter")
+    expect(sentence(pg)).to_contain_text(marker)
+    idle(pg)
+
+
+def sentence(pg):
+    """The coloured-sentence block of the Explain page."""
+    return pg.locator('[data-testid="stMarkdownContainer"]:has(> p > span[title])')
+
+
+def test_browse_concepts_and_open_one(page):
+    from playwright.sync_api import expect
+
+    open_page(page, "", "Concepts: vqlc")
+    main = page.locator('[data-testid="stMain"]')
+    cards = main.get_by_role("button", name="Open", exact=True)
+    assert cards.count() >= 2
+    assert main.locator('[data-testid="stImage"] img').count() >= 1, "no word cloud is shown"
+    assert main.get_by_text(re.compile(r"members, purity")).count() == cards.count()
+    cards.nth(1).click()
+    expect(page.get_by_role("button", name="Back to all concepts")).to_be_visible()
+    idle(page)
+    assert metric_value(page, "Members").isdigit()
+    heading = page.locator("h3").first.inner_text()
+    assert re.match(r"c\d+: ", heading), heading
+    assert main.locator("mark").count() >= 1, "the contexts do not highlight the member word"
+    expect(main.locator(".js-plotly-plot .main-svg").first).to_be_visible()  # the class distribution
+
+
+def test_codebook_map_click_on_a_point_opens_the_concept(page):
+    from playwright.sync_api import expect
+
+    open_page(page, "codebook_map", "Codebook map: vqlc")
+    points = page.locator(".scatterlayer .trace .points path")
+    expect(points.first).to_be_visible()
+    assert points.count() == 20
+    # Most points are a pixel or two wide (size = members); aim at the largest.
+    boxes = [points.nth(i).bounding_box() for i in range(points.count())]
+    box = max(boxes, key=lambda b: b["width"])
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    page.mouse.move(x, y)
+    expect(page.locator(".hoverlayer .hovertext")).to_be_attached()
+    concept = re.match(r"c\d+", page.locator(".hoverlayer").text_content()).group(0)  # hover_name first
+    page.mouse.click(x, y)
+    expect(page.get_by_role("heading", name=re.compile(rf"^{concept}: "))).to_be_visible()
+    idle(page)
+    assert metric_value(page, "Members").isdigit()
+
+
+def test_explain_colours_every_word_and_shows_concept_cards(page):
+    from playwright.sync_api import expect
+
+    open_page(page, "explain", "Explain a prediction")
+    explain(page, SENTENCE, "actors")
+    spans = sentence(page).locator("span[title]")
+    assert spans.count() == len(SENTENCE.split())
+    assert all(re.match(r"c\d+: ", t) for t in [spans.nth(i).get_attribute("title") for i in range(spans.count())])
+    assert metric_value(page, "Prediction") in ("negative", "positive")
+    assert 0.0 < float(metric_value(page, "Confidence")) <= 1.0
+    toggles = page.locator('[data-testid="stCheckbox"]').filter(has_text="Ablate")
+    assert toggles.count() >= 1, "no concept card with an ablation toggle"
+    cards = page.locator('[data-testid="stVerticalBlock"]').filter(has=toggles.first).filter(has=page.locator("strong"))
+    expect(cards.last).to_contain_text(re.compile(r"c\d+: "))
+
+
+def test_toggling_a_concept_changes_the_shown_confidence(page):
+    from playwright.sync_api import expect
+
+    open_page(page, "explain", "Explain a prediction")
+    explain(page, SENTENCE, "actors")
+    before = float(metric_value(page, "Confidence"))
+    toggles = page.locator('[data-testid="stCheckbox"]').filter(has_text="Ablate")
+    n = toggles.count()
+    assert n >= 1
+    t0 = time.perf_counter()
+    for i in range(n):  # ablate every shown concept together
+        toggles.nth(i).get_by_text("Ablate").click()
+        expect(page.get_by_text(f"Ablated {i + 1}: prediction")).to_be_visible()
+        idle(page)
+    print(f"\n{n} ablation toggles: {time.perf_counter() - t0:.2f} s")
+    expect(page.locator('[data-testid="stMetricDelta"]')).to_be_visible()
+    after = float(re.search(r"\(([0-9.]+)\)", metric_value(page, f"Ablated {n}: prediction")).group(1))
+    assert abs(after - before) > 1e-4, (before, after)
+    assert toggles.first.locator("input").is_checked()
+
+
+def test_pin_and_download_a_case_study_file(page):
+    from playwright.sync_api import expect
+
+    open_page(page, "explain", "Explain a prediction")
+    explain(page, SENTENCE, "actors")
+    page.get_by_role("button", name=re.compile("Pin for the case study")).click()
+    expect(page.get_by_text("Pinned (1 pins).")).to_be_visible()
+    idle(page)
+    # The sidebar link keeps the session (and its pins); a URL would start a new one.
+    page.locator('[data-testid="stSidebarNav"] a', has_text="Case study").click()
+    expect(page.get_by_role("heading", name=re.compile(r"^Pin 1: vqlc"))).to_be_visible()
+    idle(page)
+    files = {}
+    for label in ("Table (CSV)", "Everything (zip with report.md)"):
+        t0 = time.perf_counter()
+        with page.expect_download(timeout=LONG) as dl:
+            page.get_by_role("button", name=label).click()
+        d = dl.value
+        print(f"\ndownload {label}: {time.perf_counter() - t0:.2f} s")
+        idle(page)  # a download button reruns the page; a click during the rerun is lost
+        path = SHOTS / f"case_study_{d.suggested_filename}"
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        d.save_as(path)
+        files[d.suggested_filename] = path.read_bytes()
+    assert set(files) == {"case_study.csv", "case_study.zip"}
+    assert SENTENCE in files["case_study.csv"].decode()
+    bundle = zipfile.ZipFile(io.BytesIO(files["case_study.zip"]))
+    assert "report.md" in bundle.namelist() and bundle.read("report.md")
+
+
+def test_html_in_the_input_is_shown_as_text_and_never_runs(page):
+    from playwright.sync_api import expect
+
+    open_page(page, "explain", "Explain a prediction")
+    explain(page, EVIL, "onerror")
+    # The coloured sentence tags each word with its concept id in a <sub>; without those tags
+    # its visible text is the input itself, markup included, so the markup was escaped.
+    words = sentence(page).evaluate(
+        "e => { const c = e.cloneNode(true); c.querySelectorAll('sub').forEach(s => s.remove()); return c.innerText }")
+    assert words.strip() == EVIL
+    assert "<img" in words and "<script>" in words
+    assert page.locator('[data-testid="stMain"] img[src="x"]').count() == 0
+    assert page.locator('[data-testid="stMain"] script').count() == 0
+    page.wait_for_timeout(500)  # let an onerror handler fire, if one was ever attached
+    assert page.dialogs == []

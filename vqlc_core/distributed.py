@@ -1,0 +1,93 @@
+"""Several processes under `torchrun`: the process group, this process's rank and device, and the
+collectives the rest of the code uses. Everything is read from torchrun's environment
+(WORLD_SIZE, RANK, LOCAL_RANK); in one process every collective is a no-op, chosen once.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from typing import Callable, NamedTuple
+
+import torch
+import torch.distributed as dist
+
+
+def _active() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def init() -> None:
+    """Join the process group torchrun describes (nccl when this machine has CUDA, else gloo);
+    nothing in one process or when already joined."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or (dist.is_available() and dist.is_initialized()):
+        return
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    # Rank 0 alone runs the stages that are not sharded while the others wait at a barrier.
+    dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(hours=2))
+
+
+def close() -> None:
+    """Leave the process group, if this process joined one."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def rank() -> int:
+    return dist.get_rank() if _active() else 0
+
+
+def world() -> int:
+    return dist.get_world_size() if _active() else 1
+
+
+def is_main() -> bool:
+    return rank() == 0
+
+
+def barrier() -> None:
+    """Wait until every rank gets here."""
+    if _active():
+        dist.barrier()
+
+
+def device() -> str:
+    """This process's device: its local GPU (cuda:LOCAL_RANK) when CUDA is available, else cpu."""
+    if torch.cuda.is_available():
+        return f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+    return "cpu"
+
+
+def local_slice(x: torch.Tensor) -> torch.Tensor:
+    """This rank's contiguous part of a global batch (sizes differ by at most one row); the parts
+    of ranks 0..N-1, in rank order, are the global batch."""
+    return x.tensor_split(world())[rank()] if _active() else x
+
+
+class Collectives(NamedTuple):
+    """all_reduce(t): sum over ranks, in place; broadcast(t): rank 0's t, in place;
+    all_gather(t): every rank's t (same shape on every rank), in rank order."""
+
+    all_reduce: Callable[[torch.Tensor], None]
+    broadcast: Callable[[torch.Tensor], None]
+    all_gather: Callable[[torch.Tensor], list[torch.Tensor]]
+
+
+def _noop(t: torch.Tensor) -> None:
+    return None
+
+
+def _gather(t: torch.Tensor) -> list[torch.Tensor]:
+    out = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(out, t.contiguous())
+    return out
+
+
+def collectives() -> Collectives:
+    """torch.distributed's collectives when several ranks run, otherwise no-ops. Call it once,
+    at construction, and keep the result."""
+    if _active():
+        return Collectives(dist.all_reduce, lambda t: dist.broadcast(t, src=0), _gather)
+    return Collectives(_noop, _noop, lambda t: [t])
