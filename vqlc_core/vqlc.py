@@ -86,21 +86,25 @@ class VQLC(ConceptMethod):
     normalize: 'standard' (per-dimension mean and std), 'center_rms' (subtract the mean, divide
         by one global RMS) or 'none'; statistics come from one streamed pass over the fit rows,
         and transform / predict apply them, so callers pass raw store rows.
+    epochs: passes over the fit rows; None (default) picks enough for `min_steps` optimiser
+        steps, so small fit sets train long enough and large stores take one pass.
     checkpoint_dir: when set, a checkpoint is written after every epoch and fit resumes from it.
     """
 
     name = "vqlc"
 
     def __init__(self, n_concepts: int = 400, beta: float = 0.25, decay: float = 0.99, eps: float = 1e-5,
-                 dead_threshold: float = 0.05, epochs: int = 5, batch_size: int = 1024, lr: float = 3e-4,
+                 dead_threshold: float = 0.05, epochs: int | None = None, batch_size: int = 256, lr: float = 1e-3,
                  hidden: int = 256, init_sample: int = 20000, normalize: str = "standard", seed: int = 0,
-                 checkpoint_dir: str | None = None, device: str = "cpu", progress: bool = True):
+                 checkpoint_dir: str | None = None, device: str = "cpu", progress: bool = True,
+                 min_steps: int = 1000):
         self.n_concepts = n_concepts
         self.beta = beta
         self.decay = decay
         self.eps = eps
         self.dead_threshold = dead_threshold
         self.epochs = epochs
+        self.min_steps = min_steps
         self.batch_size = batch_size
         self.lr = lr
         self.hidden = hidden
@@ -115,7 +119,7 @@ class VQLC(ConceptMethod):
 
     def get_params(self) -> dict:
         return {k: getattr(self, k) for k in (
-            "n_concepts", "beta", "decay", "eps", "dead_threshold", "epochs", "batch_size", "lr", "hidden",
+            "n_concepts", "beta", "decay", "eps", "dead_threshold", "epochs", "min_steps", "batch_size", "lr", "hidden",
             "init_sample", "normalize", "seed", "checkpoint_dir", "device", "progress")}
 
     def _validate(self) -> None:
@@ -123,9 +127,16 @@ class VQLC(ConceptMethod):
             raise ValueError(f"normalize must be one of {', '.join(NORMALIZE)}, got {self.normalize!r}.")
         if not 0.0 <= self.decay < 1.0:
             raise ValueError(f"decay must lie in [0, 1), got {self.decay}.")
-        for key in ("n_concepts", "epochs", "batch_size", "hidden", "init_sample"):
+        for key in ("n_concepts", "min_steps", "batch_size", "hidden", "init_sample"):
             if int(getattr(self, key)) < 1:
                 raise ValueError(f"{key} must be a positive integer, got {getattr(self, key)}.")
+
+    def epochs_for(self, n_rows: int) -> int:
+        """Epochs of a fit on n_rows: `epochs` when set, else enough for `min_steps` steps (the
+        EMA codebook needs a few hundred updates to settle; at 1M rows one epoch is plenty)."""
+        if self.epochs is not None:
+            return int(self.epochs)
+        return max(1, min(100, math.ceil(self.min_steps * self.batch_size / max(n_rows, 1))))
 
     # ---- building blocks --------------------------------------------------------------
 
@@ -226,9 +237,10 @@ class VQLC(ConceptMethod):
         reduce_grads_ = _all_reduce_grads_ if distributed.world() > 1 else _noop  # chosen once
         params = list(model.parameters())
         steps = math.ceil(n / self.batch_size)
-        bar = tqdm(total=self.epochs * steps, initial=min(start, self.epochs) * steps, desc="vqlc",
+        self.n_epochs_ = self.epochs_for(n)
+        bar = tqdm(total=self.n_epochs_ * steps, initial=min(start, self.n_epochs_) * steps, desc="vqlc",
                    disable=None if self.progress and distributed.is_main() else True, unit="step")
-        for epoch in range(start, self.epochs):
+        for epoch in range(start, self.n_epochs_):
             model.train()
             sums = {"loss": 0.0, "rec": 0.0, "commit": 0.0}
             counts = torch.zeros(self.n_concepts, dtype=torch.long)
