@@ -153,8 +153,9 @@ async def _bench(base: str, server, n_sessions: int, seconds: float, alone_secon
         try:
             first = Session(browser, base, 0)
             await first.open()
-            await first.ask(-1)  # the first input waits for the model to load: not timed below
+            await first.ask(10_000)  # the first input waits for the model to load: not counted below
             first.latencies.clear()
+            first.sent = first.answered = 0
             await first.type_until(time.monotonic() + alone_seconds)
             alone = list(first.latencies)
             rss_one = _rss_mb(server)
