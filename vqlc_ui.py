@@ -50,14 +50,13 @@ def concepts(run_dir: str, _stamp: int, method: str):
 def explainer(run_dir: str, _stamp: int):
     import torch
 
-    from vqlc_core.explain import Explainer
 
     # One server process serves every session: one intra-op thread per forward keeps concurrent
     # explanations from oversubscribing the cores (on 2 cores, 2 threads barely beat 1).
     torch.set_num_threads(1)
     run = _run(run_dir, _stamp)
     methods = {m: (run.method(m), concepts(run_dir, _stamp, m)) for m in run.methods_built()}
-    return Explainer(run.classifier, run.layer, methods, ig_steps=run.cfg.ig_steps)
+    return run.explainer(methods)
 
 
 @st.cache_data(show_spinner=False, max_entries=8)

@@ -41,7 +41,6 @@ def main() -> None:
     import numpy as np
     import torch
 
-    from vqlc_core.explain import Explainer
     from vqlc_core.pipeline import Run
 
     torch.set_num_threads(a.threads)
@@ -53,7 +52,7 @@ def main() -> None:
             continue
         run = Run(run_dir)
         methods = {m: (run.method(m), run.concept_set(m)) for m in run.methods_built()}
-        ex = Explainer(run.classifier, run.layer, methods, ig_steps=run.cfg.ig_steps)
+        ex = run.explainer(methods)
         texts = run.texts
         sentences = texts[texts["split"] == "test"]["text"].tolist()
         ex.explain(sentences[0])  # warm-up: first-call allocations

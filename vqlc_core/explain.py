@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from .ablation import from_layer, orthonormal_basis, project_out
-from .backbone import aggregate_words, capture
+from .backbone import _autocast, aggregate_words, capture
 
 SALIENT_MASS = 0.5  # salient words: the top words until this share of the total attribution
 TOP_CONCEPTS = 5
@@ -142,7 +142,8 @@ class Explainer:
 
     methods: name -> (fitted concept method, its ConceptSet), all fitted at `layer`."""
 
-    def __init__(self, classifier, layer: int, methods: dict, ig_steps: int = 8, cache_size: int = 16):
+    def __init__(self, classifier, layer: int, methods: dict, ig_steps: int = 8, cache_size: int = 16,
+                 autocast_dtype=None):
         if ig_steps < 1:
             raise ValueError(f"ig_steps must be at least 1, got {ig_steps}.")
         self.classifier, self.backbone = classifier, classifier.backbone
@@ -150,20 +151,26 @@ class Explainer:
         self.methods = dict(methods)
         self.ig_steps, self.cache_size = ig_steps, cache_size
         self._cache: OrderedDict[str, _Pass] = OrderedDict()
+        self.autocast_dtype = autocast_dtype  # e.g. torch.bfloat16: faster forwards on CPUs with BF16
 
     # --- forward passes ---------------------------------------------------------------------
     @torch.no_grad()  # not inference_mode: the states feed Integrated Gradients afterwards
     def forward(self, enc) -> tuple[torch.Tensor, np.ndarray]:
         """Layer-l states (B, T, d) and class probabilities (B, C) from one forward."""
-        with capture(self.backbone, self.layer) as got:
+        with capture(self.backbone, self.layer) as got, _autocast(self.autocast_dtype):
             logits = self.classifier.logits(enc)
         return got["h"].float(), torch.softmax(logits.float(), -1).numpy()
 
     @torch.inference_mode()
     def proba_from_states(self, enc, states: torch.Tensor) -> np.ndarray:
         """Class probabilities (B, C) of the model run on from the given layer-l states."""
-        with from_layer(self.backbone, self.layer, states):
+        with from_layer(self.backbone, self.layer, states), _autocast(self.autocast_dtype):
             return torch.softmax(self.classifier.logits(enc).float(), -1).numpy()
+
+    def attributions(self, enc, states: torch.Tensor, targets, how: str = "ig") -> torch.Tensor:
+        """Token attributions (B, T) at layer l toward `targets` (see `layer_attributions`)."""
+        with _autocast(self.autocast_dtype):
+            return layer_attributions(self.classifier, enc, self.layer, states, targets, self.ig_steps, how)
 
     def is_truncated(self, text: str) -> bool:
         n = len(self.backbone.tokenizer(text, truncation=False)["input_ids"]) + int(self.backbone.add_bos)
@@ -208,7 +215,7 @@ class Explainer:
 
         scores = np.zeros(0)
         if p.words:
-            attr = layer_attributions(self.classifier, p.enc, self.layer, p.states, [pred], self.ig_steps)
+            attr = self.attributions(p.enc, p.states, [pred])
             scores = word_scores(attr[0], p.words)
         salient = salient_indices(scores)
 

@@ -18,7 +18,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .ablation import project_out
-from .explain import Explainer, layer_attributions, word_scores
+from .explain import Explainer, word_scores
 
 TARGETS = ("prediction concept", "salient-word concept", "random direction")
 
@@ -58,7 +58,7 @@ def faithfulness(explainer: Explainer, texts: list[str], seed: int = 0, progress
         conf = proba[np.arange(B), pred]
         pooled = bb.pool(states, enc["attention_mask"]).numpy()
 
-        attr = layer_attributions(explainer.classifier, enc, explainer.layer, states, pred, explainer.ig_steps, salient)
+        attr = explainer.attributions(enc, states, pred, salient)
         has_word = np.asarray([len(w) > 0 for w in words])
         top_tok = [w[int(np.argmax(word_scores(attr[b], w)))].tokens[-1] if w else 0 for b, w in enumerate(words)]
         top_vecs = states[torch.arange(B), torch.as_tensor(top_tok)].numpy()  # (B, d) last sub-word

@@ -81,6 +81,22 @@ class Run:
             self._classifier = Classifier.load(self.dir / "classifier", self.backbone)
         return self._classifier
 
+    @property
+    def autocast_dtype(self):
+        """torch.bfloat16 when the run was configured for bf16 autocast, else None."""
+        import torch
+
+        return torch.bfloat16 if self.cfg.dtype == "bfloat16" else None
+
+    def explainer(self, methods: dict | None = None):
+        """An Explainer over the run's classifier and (by default) every built method."""
+        from .explain import Explainer
+
+        if methods is None:
+            methods = {m: (self.method(m), self.concept_set(m)) for m in self.methods_built()}
+        return Explainer(self.classifier, self.layer, methods, ig_steps=self.cfg.ig_steps,
+                         autocast_dtype=self.autocast_dtype)
+
     def methods_built(self) -> list[str]:
         return [m for m in self.cfg.methods if self.manifest.is_complete(m)]
 
@@ -226,7 +242,8 @@ def stage_classifier(run: Run, log: Callable) -> dict:
         proba = np.concatenate([clf.predict_proba(texts["text"].iloc[i : i + 32].tolist())
                                 for i in range(0, len(texts), 32)])
     else:
-        feats = pooled_features(bb, texts["text"].tolist(), batch_size=run.cfg.batch_size)
+        feats = pooled_features(bb, texts["text"].tolist(), batch_size=run.cfg.batch_size,
+                                autocast_dtype=run.autocast_dtype)
         train = (texts["split"] == "train").to_numpy()
         clf = Classifier.train(bb, feats[train], texts["label"].to_numpy()[train], run.class_names, seed=run.cfg.seed)
         proba = clf.head_proba(feats)
@@ -294,7 +311,6 @@ def stage_method(name: str) -> Callable:
 
 
 def stage_evaluate(run: Run, log: Callable) -> dict:
-    from .explain import Explainer
     from .faithfulness import faithfulness
     from .metrics import codebook_perplexity, dead_codes
 
@@ -313,7 +329,7 @@ def stage_evaluate(run: Run, log: Callable) -> dict:
             measures[m].update(method.score_store(run.store, dev))
     texts = run.texts
     test = texts[texts["split"] == "test"]["text"].tolist()[: cfg.faithfulness_texts]
-    explainer = Explainer(run.classifier, run.layer, methods, ig_steps=cfg.ig_steps)
+    explainer = run.explainer(methods)
     table = faithfulness(explainer, test, seed=cfg.seed)
     acc = read_json(run.dir / "classifier" / "metrics.json")["accuracy"]
     write_parquet(run.dir / "eval" / "faithfulness.parquet", table)
