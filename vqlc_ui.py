@@ -287,4 +287,5 @@ def pin_button(run, method: str, text: str, key: str) -> None:
     if st.button("Pin for the case study", key=key, icon=":material/push_pin:"):
         pin = browse.make_pin(explainer(str(run.dir), stamp(run)), text, method)
         st.session_state.setdefault("pins", []).append({**pin, "run": run.dir.name})
-        st.toast(f"Pinned ({len(st.session_state['pins'])} pins).")
+        n = len(st.session_state["pins"])
+        st.toast(f"Pinned: {n} pin{'s' if n != 1 else ''} in the case study.")
