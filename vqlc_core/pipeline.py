@@ -326,7 +326,7 @@ def stage_evaluate(run: Run, log: Callable) -> dict:
                        "mean_purity": float(np.average(cs.summary["purity"], weights=np.maximum(sizes, 1e-9))),
                        "size_quantiles": np.quantile(sizes, [0, 0.25, 0.5, 0.75, 1]).tolist(), **cs.info}
         if m == "vqlc" and hasattr(method, "score_store"):
-            measures[m].update(method.score_store(run.store, dev))
+            measures[m].update({f"dev_{k}": v for k, v in method.score_store(run.store, dev).items()})
     texts = run.texts
     test = texts[texts["split"] == "test"]["text"].tolist()[: cfg.faithfulness_texts]
     explainer = run.explainer(methods)
