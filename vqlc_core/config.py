@@ -79,7 +79,7 @@ PRESETS: dict[str, BuildConfig] = {
     # Decoders run in bf16 autocast: on SmolLM2 its word rows have a mean cosine of 0.99997 to
     # fp32 ones (bench/extraction.py) at about twice the speed on CPUs with AVX-512 BF16.
     "decoder": BuildConfig(run="decoder", model="smollm2-135m", dataset="mr", batch_size=16, dtype="bfloat16"),
-    "decoder-bbc": BuildConfig(run="decoder-bbc", model="smollm2-135m", dataset="bbc", max_length=192,
+    "decoder-bbc": BuildConfig(run="decoder-bbc", model="smollm2-135m", dataset="bbc", max_length=128,
                                batch_size=8, faithfulness_texts=200, dtype="bfloat16"),
 }
 

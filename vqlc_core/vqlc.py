@@ -83,9 +83,16 @@ class VQLC(ConceptMethod):
         share under uniform use (batch_size / n_concepts).
     hidden: width of the encoder's and decoder's non-linear branch.
     init_sample: at most this many rows seed the codebook by farthest-first traversal.
-    normalize: 'standard' (per-dimension mean and std), 'center_rms' (subtract the mean, divide
-        by one global RMS) or 'none'; statistics come from one streamed pass over the fit rows,
-        and transform / predict apply them, so callers pass raw store rows.
+    normalize: 'center_rms' (default: subtract the mean, divide by one global RMS), 'standard'
+        (per-dimension mean and std) or 'none'; statistics come from one streamed pass over the
+        fit rows, and transform / predict apply them, so callers pass raw store rows.
+        Chosen by measurement (bench/normalization.py, K = 400 on the default fit sets): on
+        MiniLM it gives dev R² 0.387 against 0.362 for 'standard' at equal perplexity; on
+        SmolLM2 R² 0.324 against 0.309 and perplexity 118 against 103, with the largest concept
+        holding 3.7% of rows against 6.3%. Per-dimension scaling blows up the many
+        low-variance dimensions and lets them dominate distances; one global scale keeps the
+        geometry of the model's space (its huge-valued dimensions mostly sit on the BOS
+        position, which is never a row) while making the loss scale-free across models.
     epochs: passes over the fit rows; None (default) picks enough for `min_steps` optimiser
         steps, so small fit sets train long enough and large stores take one pass.
     checkpoint_dir: when set, a checkpoint is written after every epoch and fit resumes from it.
@@ -95,7 +102,7 @@ class VQLC(ConceptMethod):
 
     def __init__(self, n_concepts: int = 400, beta: float = 0.25, decay: float = 0.99, eps: float = 1e-5,
                  dead_threshold: float = 0.05, epochs: int | None = None, batch_size: int = 256, lr: float = 1e-3,
-                 hidden: int = 256, init_sample: int = 20000, normalize: str = "standard", seed: int = 0,
+                 hidden: int = 256, init_sample: int = 20000, normalize: str = "center_rms", seed: int = 0,
                  checkpoint_dir: str | None = None, device: str = "cpu", progress: bool = True,
                  min_steps: int = 1000):
         self.n_concepts = n_concepts
