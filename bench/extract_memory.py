@@ -19,6 +19,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
+def peak_rss_mb() -> float:
+    """Peak resident set of this process (VmHWM: starts afresh at exec, unlike ru_maxrss)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def child(n: int, out: str, shard_rows: int) -> None:
     import numpy as np
     import pandas as pd
@@ -30,11 +38,11 @@ def child(n: int, out: str, shard_rows: int) -> None:
     ds = load_dataset("mr", cache_dir=ROOT / "cache", limit=n, seed=0)
     texts = pd.DataFrame({"text_id": np.arange(len(ds.texts)), "text": ds.texts, "label": ds.labels, "split": "train"})
     bb = Backbone.from_source(resolve_model("minilm", cache_dir=ROOT / "cache"), max_length=128)
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    base = peak_rss_mb()
     t0 = time.perf_counter()
     store = build_store(bb, texts, ExtractConfig(layer=5, shard_rows=shard_rows), out, progress=False)
     dt = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = peak_rss_mb()
     print(json.dumps({"n_texts": n, "n_rows": store.n_rows, "seconds": round(dt, 2),
                       "rows_per_s": round(store.n_rows / dt, 1), "rss_before_mb": round(base, 1),
                       "peak_rss_mb": round(peak, 1)}))

@@ -100,7 +100,7 @@ def main() -> None:
         "",
         "`python bench/scale.py` — stores of 10k … 1M rows of d = 384 (the real MiniLM rows of the "
         "default run, then the same rows repeated with seeded noise of 1% of each dimension's std, on "
-        "disk). Each fit runs in a fresh process; peak RSS is that process's `ru_maxrss` (it includes "
+        "disk). Each fit runs in a fresh process; peak RSS is that process's high-water mark `VmHWM` (it includes "
         "the ~300 MB of the Python + torch + scikit-learn runtime). VQLC: K = 400, default epochs "
         "(enough for 1,000 steps of 256 rows, at least one pass); KMeans: scikit-learn, k-means++, "
         "n_init = 1; MiniBatchKMeans: streamed `partial_fit`; LACOAT: Ward, refused above its memory "

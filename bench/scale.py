@@ -2,7 +2,7 @@
 
 Stores of N rows (d = 384) are made on disk from the real MiniLM rows of a built run; beyond
 the real count, real rows are repeated with small seeded noise. Every (method, N) fit runs in a
-fresh process, so its peak RSS (getrusage) is its own. LACOAT runs only where its memory
+fresh process, so its peak RSS (VmHWM) is its own. LACOAT runs only where its memory
 estimate is within the budget; elsewhere the estimate is recorded.
 
 Usage: python bench/scale.py --sizes 10000 100000 1000000 --methods vqlc kmeans minibatch lacoat
@@ -53,13 +53,22 @@ def make_store(n: int, source_run: str, out: Path, seed: int = 0, noise: float =
     return out
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident set (VmHWM). Unlike ru_maxrss it starts afresh at exec, so
+    it does not inherit the parent's high-water mark."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def fit_child(method: str, store_path: str, k: int, seed: int) -> dict:
     import numpy as np
 
     from vqlc_core.store import ActivationStore
 
     store = ActivationStore(store_path)
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    base = peak_rss_mb()
     if method == "vqlc":
         from vqlc_core.vqlc import VQLC
 
@@ -79,7 +88,7 @@ def fit_child(method: str, store_path: str, k: int, seed: int) -> dict:
     t0 = time.perf_counter()
     est.fit(store, rows=np.arange(store.n_rows))
     dt = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = peak_rss_mb()
     return {"fit_s": round(dt, 2), "peak_rss_mb": round(peak, 1), "rss_before_fit_mb": round(base, 1)}
 
 
