@@ -228,7 +228,7 @@ def test_pin_and_download_a_case_study_file(page):
     open_page(page, "explain", "Explain a prediction")
     explain(page, SENTENCE, "actors")
     page.get_by_role("button", name=re.compile("Pin for the case study")).click()
-    expect(page.get_by_text("Pinned (1 pins).")).to_be_visible()
+    expect(page.get_by_text("Pinned: 1 pin in the case study.")).to_be_visible()
     idle(page)
     # The sidebar link keeps the session (and its pins); a URL would start a new one.
     page.locator('[data-testid="stSidebarNav"] a', has_text="Case study").click()
