@@ -9,7 +9,7 @@ mini-batches of (N, d) float32 tensors with memory bounded by one shard, never b
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -46,12 +46,15 @@ def fit_set_rows(tokens, max_per_word: int = 20, min_count: int = 1, seed: int =
 
 class _Reader:
     """Batches, samples and reads shared by every store. Subclasses define `_chunks()`:
-    (global row offset, array) pieces in row order, each small enough to hold in memory."""
+    (global row offset, row count, loader) pieces in row order; `loader()` returns the piece's
+    array, small enough to hold in memory. Readers drop each piece after use: a memory-mapped
+    shard kept open would keep every page it ever read resident, and RSS would grow with the
+    store (nanoGPT recreates its np.memmap every batch for the same reason)."""
 
     n_rows: int
     dim: int
 
-    def _chunks(self) -> list[tuple[int, np.ndarray]]:
+    def _chunks(self) -> list[tuple[int, int, Callable[[], np.ndarray]]]:
         raise NotImplementedError
 
     def iter_batches(
@@ -70,11 +73,15 @@ class _Reader:
             selected[np.asarray(rows)] = True
         carry: np.ndarray | None = None
         for c in order:
-            start, arr = chunks[c]
-            idx = np.arange(len(arr)) if selected is None else np.flatnonzero(selected[start : start + len(arr)])
+            start, n, load = chunks[c]
+            idx = np.arange(n) if selected is None else np.flatnonzero(selected[start : start + n])
             if shuffle:
                 idx = rng.permutation(idx)
+            if len(idx) == 0:
+                continue
+            arr = load()
             block = np.asarray(arr[np.sort(idx)] if not shuffle else arr[idx], dtype=np.float32)
+            del arr
             if carry is not None:
                 block = np.concatenate([carry, block])
                 carry = None
@@ -90,10 +97,10 @@ class _Reader:
         """Rows by global index, as float32, in the order given."""
         rows = np.asarray(rows, dtype=np.int64)
         out = np.empty((len(rows), self.dim), dtype=np.float32)
-        for start, arr in self._chunks():
-            hit = (rows >= start) & (rows < start + len(arr))
+        for start, n, load in self._chunks():
+            hit = (rows >= start) & (rows < start + n)
             if hit.any():
-                out[hit] = arr[rows[hit] - start]
+                out[hit] = load()[rows[hit] - start]
         return out
 
     def sample(self, n: int, seed: int = 0) -> np.ndarray:
@@ -117,7 +124,8 @@ class ArrayStore(_Reader):
         self.chunk_rows = chunk_rows
 
     def _chunks(self):
-        return [(s, self.vectors[s : s + self.chunk_rows]) for s in range(0, self.n_rows, self.chunk_rows)]
+        return [(s, min(self.chunk_rows, self.n_rows - s), lambda s=s: self.vectors[s : s + self.chunk_rows])
+                for s in range(0, self.n_rows, self.chunk_rows)]
 
 
 class ActivationStore(_Reader):
@@ -146,7 +154,8 @@ class ActivationStore(_Reader):
                     f"Store shard {name} has the wrong shape: expected ({want}, {self.dim}) float16, "
                     f"got {arr.shape} {arr.dtype}; rebuild the 'extract' stage."
                 )
-            self._shards.append((i * self.shard_rows, arr))
+            self._shards.append((i * self.shard_rows, want, lambda p=p: read_npy(p, mmap=True)))
+            del arr
         self._tokens = None
 
     @property
