@@ -18,6 +18,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import expect, sync_playwright
 
 from tests.conftest import ROOT
@@ -224,6 +225,20 @@ def test_toggling_a_concept_changes_the_shown_confidence(page):
     assert toggles.first.locator("input").is_checked()
 
 
+def download(page, label: str, tries: int = 3):
+    """Click a download button and return the download. A download button reruns the page, and
+    a click that lands during the rerun is lost, so a click with no download is retried."""
+    for attempt in range(tries):
+        try:
+            with page.expect_download(timeout=20_000) as dl:
+                page.get_by_role("button", name=label).click()
+            return dl.value
+        except PlaywrightTimeout:
+            if attempt == tries - 1:
+                raise
+            idle(page)
+
+
 def test_pin_and_download_a_case_study_file(page):
     open_page(page, "explain", "Explain a prediction")
     explain(page, SENTENCE, "actors")
@@ -237,9 +252,7 @@ def test_pin_and_download_a_case_study_file(page):
     files = {}
     for label in ("Table (CSV)", "Everything (zip with report.md)"):
         t0 = time.perf_counter()
-        with page.expect_download(timeout=LONG) as dl:
-            page.get_by_role("button", name=label).click()
-        d = dl.value
+        d = download(page, label)
         print(f"\ndownload {label}: {time.perf_counter() - t0:.2f} s")
         idle(page)  # a download button reruns the page; a click during the rerun is lost
         path = SHOTS / f"case_study_{d.suggested_filename}"
