@@ -50,7 +50,6 @@ def concepts(run_dir: str, _stamp: int, method: str):
 def explainer(run_dir: str, _stamp: int):
     import torch
 
-
     # One server process serves every session: one intra-op thread per forward keeps concurrent
     # explanations from oversubscribing the cores (on 2 cores, 2 threads barely beat 1).
     torch.set_num_threads(1)

@@ -15,76 +15,20 @@ import argparse
 import asyncio
 import json
 import os
-import signal
-import socket
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run", "--disable-quic"]
+sys.path.insert(0, str(ROOT / "bench"))
+from dashboard_server import ARGS, CHROMIUM, serve  # noqa: E402
+
 RESULTS = ROOT / "bench" / "results" / "many_users.json"
 WORDS = ["gorgeous", "dull", "witty", "tedious", "moving", "clumsy", "sharp", "bland", "warm", "cold"]
 ANSWER_TIMEOUT_MS = 90_000
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return r.status == 200
-    except OSError:
-        return False
-
-
-@contextmanager
-def serve(run_dir: Path):
-    """`streamlit run app.py` on a free local port over a cache holding only `run_dir`; yields
-    (base URL, server process)."""
-    cache = Path(tempfile.mkdtemp(prefix="vqlc_many_users_"))
-    (cache / "runs").mkdir()
-    (cache / "runs" / run_dir.name).symlink_to(run_dir.resolve(), target_is_directory=True)
-    port = _free_port()
-    env = {**os.environ, "VQLC_CACHE_DIR": str(cache), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false"}
-    log = open(cache / "server.log", "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.address", "127.0.0.1", "--server.port",
-         str(port), "--server.headless", "true", "--server.fileWatcherType", "none",
-         "--browser.gatherUsageStats", "false"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while not _healthy(f"{base}/_stcore/health"):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the streamlit server did not start:\n" + (cache / "server.log").read_text())
-            time.sleep(0.3)
-        yield base, proc
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=10)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        log.close()
 
 
 class Session:
@@ -149,7 +93,7 @@ async def _bench(base: str, server, n_sessions: int, seconds: float, alone_secon
     from playwright.async_api import async_playwright
 
     async with async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
         try:
             first = Session(browser, base, 0)
             await first.open()

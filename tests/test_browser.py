@@ -6,16 +6,10 @@ Skipped when /usr/bin/chromium is missing (test.sh installs it when run as root)
 from __future__ import annotations
 
 import io
-import os
 import re
-import signal
-import socket
-import subprocess
 import sys
 import time
-import urllib.request
 import zipfile
-from pathlib import Path
 
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
@@ -23,66 +17,22 @@ from playwright.sync_api import expect, sync_playwright
 
 from tests.conftest import ROOT
 
-CHROMIUM = Path("/usr/bin/chromium")
+sys.path.insert(0, str(ROOT / "bench"))
+from dashboard_server import ARGS, CHROMIUM, serve  # noqa: E402
+
 pytestmark = [pytest.mark.browser, pytest.mark.slow,
               pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} is missing (apt-get install chromium)")]
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run", "--disable-quic"]
 SHOTS = ROOT / "test-output" / "browser"
 SENTENCE = "the plot is thin but the actors seem to enjoy themselves"  # plain words, one word each
 EVIL = "<img src=x onerror=alert(1)> a fine <script>alert(2)</script> film"
 LONG = 60_000  # ms: a page may wait for the model to load
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _health(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return r.status == 200 and r.read().strip() == b"ok"
-    except OSError:
-        return False
-
-
 @pytest.fixture(scope="module")
-def server(apptest_run, tmp_path_factory):
-    """The dashboard on a free port, reading a cache that holds only the apptest run (so it is
-    the run the sidebar picks). Yields the base URL; kills the server's process group after."""
-    cache = tmp_path_factory.mktemp("browser_cache")
-    (cache / "runs").mkdir()
-    (cache / "runs" / apptest_run.dir.name).symlink_to(apptest_run.dir.resolve(), target_is_directory=True)
-    port = _free_port()
-    log_path = cache / "server.log"
-    env = {**os.environ, "VQLC_CACHE_DIR": str(cache), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false"}
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.address", "127.0.0.1",
-             "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false",
-             "--server.fileWatcherType", "none"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while not _health(f"{base}/_stcore/health"):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                why = f"exited with {proc.returncode}" if proc.poll() is not None else "no health answer in 60 s"
-                pytest.fail(f"streamlit server {why}; its log:\n{log_path.read_text(errors='replace')}")
-            time.sleep(0.3)
+def server(apptest_run):
+    """The dashboard on a free port, reading a cache that holds only the apptest run."""
+    with serve(apptest_run.dir) as (base, _):
         yield base
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=10)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 @pytest.fixture(scope="module")

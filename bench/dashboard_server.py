@@ -1,0 +1,73 @@
+"""Start the dashboard for a browser test or benchmark: `streamlit run app.py` on a free
+127.0.0.1 port over a cache that holds only one run, and Debian chromium's launch arguments.
+Shared by bench/many_users.py, tests/test_browser.py and tests/test_many_users.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = Path("/usr/bin/chromium")
+# Without the networking flags chromium keeps trying hosts this machine cannot reach.
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run", "--disable-quic"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return r.status == 200 and r.read().strip() == b"ok"
+    except OSError:
+        return False
+
+
+@contextmanager
+def serve(run_dir: Path, timeout_s: float = 60):
+    """Yield (base URL, server process) of a dashboard whose only run is `run_dir` (so it is the
+    run the sidebar picks); the server's process group is killed afterwards."""
+    cache = Path(tempfile.mkdtemp(prefix="vqlc_serve_"))
+    (cache / "runs").mkdir()
+    (cache / "runs" / run_dir.name).symlink_to(Path(run_dir).resolve(), target_is_directory=True)
+    port = free_port()
+    env = {**os.environ, "VQLC_CACHE_DIR": str(cache), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false"}
+    log_path = cache / "server.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.address", "127.0.0.1", "--server.port",
+             str(port), "--server.headless", "true", "--server.fileWatcherType", "none",
+             "--browser.gatherUsageStats", "false"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not healthy(f"{base}/_stcore/health"):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                why = f"exited with {proc.returncode}" if proc.poll() is not None else f"no health answer in {timeout_s} s"
+                raise RuntimeError(f"the streamlit server {why}; its log:\n{log_path.read_text(errors='replace')}")
+            time.sleep(0.3)
+        yield base, proc
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=10)
+        except ProcessLookupError:
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
