@@ -44,8 +44,7 @@ def mr_texts() -> pd.DataFrame:
 @pytest.fixture(scope="session")
 def apptest_run():
     """The small real run (MiniLM, 300 MR sentences, K = 20) in cache/runs/apptest that the
-    dashboard tests read; built on first use (about two minutes), then reused. Same run as
-    tests/test_pages.py's `built_run`."""
+    dashboard tests read; built on first use (about two minutes), then reused."""
     from vqlc_core.config import preset
     from vqlc_core.pipeline import Run, build
 

@@ -22,23 +22,10 @@ PAGES = ["concepts", "codebook_map", "explain", "compare", "case_study", "build"
 SENTENCE = "the plot is thin but the actors seem to enjoy themselves"  # plain words, one word each
 
 
-@pytest.fixture(scope="session")
-def built_run():
-    """The small run every page test reads; built on first use (about two minutes), then reused."""
-    from vqlc_core.config import preset
-    from vqlc_core.pipeline import Run, build
-
-    cfg = preset("default", run=RUN, limit=300, n_concepts=20, faithfulness_texts=20, cache_dir=CACHE)
-    run = Run(cfg.run_dir, cfg)
-    if not run.manifest.is_complete("maps"):
-        build(cfg, log=lambda msg: None)
-    return Run(cfg.run_dir)
-
-
 @pytest.fixture
-def cache_env(built_run, monkeypatch):
+def cache_env(apptest_run, monkeypatch):
     monkeypatch.setenv("VQLC_CACHE_DIR", str(CACHE))
-    return built_run
+    return apptest_run
 
 
 def page(name: str, method: str = "vqlc", **state) -> AppTest:
