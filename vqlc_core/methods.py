@@ -161,7 +161,7 @@ class ConceptMethod:
 
     @contextmanager
     def measure_fit(self, n_fit_rows: int) -> Iterator[dict]:
-        """Time the block and measure its peak memory into `fit_info_` (PeakMemory's sampled
+        """Time the block and measure its peak memory into `fit_info_` (PeakMemory's
         peak RSS growth as `peak_rss_mb`, its getrusage upper bound as `peak_rss_upper_mb`).
         The yielded dict is merged in, for method-specific entries."""
         extra: dict = {}

@@ -277,34 +277,24 @@ def stage_fitset(run: Run, log: Callable) -> dict:
 def stage_method(name: str) -> Callable:
     def run_stage(run: Run, log: Callable) -> dict:
         from .concepts import ConceptSet
-        from .methods import PeakMemory
 
         cfg, store = run.cfg, run.store
         rows = read_npy(run.dir / "fitset.npy")
         if name == "vqlc" and cfg.vqlc_fit_on == "all":
             rows = run.store.rows_where(split="train")
         method = make_method(name, cfg, run.dir)
-        t0 = time.perf_counter()
-        with PeakMemory() as mem:
-            method.fit(store, rows=rows)
-        fit_time = time.perf_counter() - t0
+        method.fit(store, rows=rows)  # records fit time and peak memory in method.fit_info_
         if not distributed.is_main():
             return {}  # every rank holds the fitted model; rank 0 assigns and saves
-        out = method.predict_store(store)
-        assignments = out[0] if isinstance(out, tuple) else out
-        extra = method.concept_extra() if hasattr(method, "concept_extra") else {}
-        if isinstance(out, tuple) and len(out) > 1:
-            extra = {**extra, "encodings": np.asarray(out[1])}
-        info = {"fit_time_s": fit_time, "peak_rss_mb": mem.peak_mb, "n_fit_rows": int(len(rows)),
-                **getattr(method, "fit_info_", {})}
-        info["fit_time_s"], info["peak_rss_mb"] = fit_time, mem.peak_mb
+        assignments = method.predict_store(store)
+        info = dict(method.fit_info_)
         cs = ConceptSet.from_assignments(name, store, assignments, method.n_concepts, run.class_names,
-                                         extra=extra, info=info, seed=cfg.seed)
+                                         extra=method.concept_extra(), info=info, seed=cfg.seed)
         method.save(run.dir / "methods" / name / "model")
         cs.save(run.dir / "methods" / name)
         ckpt = run.dir / "methods" / name / "checkpoint"
         shutil.rmtree(ckpt, ignore_errors=True)
-        return {"fit_time_s": round(fit_time, 2), "peak_rss_mb": round(mem.peak_mb, 1),
+        return {"fit_time_s": round(info["fit_time_s"], 2), "peak_rss_mb": round(info["peak_rss_mb"], 1),
                 "n_fit_rows": int(len(rows)), "used_concepts": int((cs.summary["size"] > 0).sum())}
 
     return run_stage
