@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 # (processes, threads per process): one process on one core, one process on both, two on one each.
 CONFIGS = [(1, 1), (1, 2), (2, 1)]
@@ -31,7 +30,8 @@ def worker(a) -> None:
     from vqlc_core import distributed
     from vqlc_core.backbone import Backbone
     from vqlc_core.extract import ExtractConfig, build_store
-    from vqlc_core.sources import load_dataset, resolve_model
+    from vqlc_core.datasets import load_dataset
+    from vqlc_core.models import resolve_model
     from vqlc_core.vqlc import VQLC
 
     distributed.init()

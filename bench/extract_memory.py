@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def peak_rss_mb() -> float:
@@ -33,7 +32,8 @@ def child(n: int, out: str, shard_rows: int) -> None:
 
     from vqlc_core.backbone import Backbone
     from vqlc_core.extract import ExtractConfig, build_store
-    from vqlc_core.sources import load_dataset, resolve_model
+    from vqlc_core.datasets import load_dataset
+    from vqlc_core.models import resolve_model
 
     ds = load_dataset("mr", cache_dir=ROOT / "cache", limit=n, seed=0)
     texts = pd.DataFrame({"text_id": np.arange(len(ds.texts)), "text": ds.texts, "label": ds.labels, "split": "train"})

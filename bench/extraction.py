@@ -14,13 +14,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results"
 
 
@@ -75,7 +73,8 @@ def main() -> None:
     import torch
 
     from vqlc_core.backbone import Backbone
-    from vqlc_core.sources import load_dataset, resolve_model
+    from vqlc_core.datasets import load_dataset
+    from vqlc_core.models import resolve_model
 
     torch.set_num_threads(a.threads)
     texts = load_dataset("mr", cache_dir=ROOT / "cache", limit=a.texts, seed=0).texts

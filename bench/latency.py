@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results"
 
 
@@ -41,7 +39,7 @@ def main() -> None:
     import numpy as np
     import torch
 
-    from vqlc_core.pipeline import Run
+    from vqlc_core.run import Run
 
     torch.set_num_threads(a.threads)
     results = []
@@ -68,7 +66,7 @@ def main() -> None:
                 ex.ablate_concepts(text, m, [k])
                 t_toggle.append((time.perf_counter() - t0) * 1000)
             for what, t in (("explain", t_explain), ("toggle", t_toggle)):
-                results.append({"run": name, "model": run.cfg.model, "words": words, "what": what, "n": len(t),
+                results.append({"run": name, "model": run.cfg.extract.model, "words": words, "what": what, "n": len(t),
                                 "p50_ms": round(float(np.percentile(t, 50)), 1),
                                 "p95_ms": round(float(np.percentile(t, 95)), 1)})
                 print(json.dumps(results[-1]), flush=True)

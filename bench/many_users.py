@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -23,7 +22,6 @@ import numpy as np
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
 from dashboard_server import ARGS, CHROMIUM, serve  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "many_users.json"

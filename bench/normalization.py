@@ -12,12 +12,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results"
 
 
@@ -29,7 +27,7 @@ def main() -> None:
     import numpy as np
 
     from vqlc_core.metrics import codebook_perplexity, dead_codes
-    from vqlc_core.pipeline import Run
+    from vqlc_core.run import Run
     from vqlc_core.vqlc import VQLC
 
     results = []
@@ -42,11 +40,11 @@ def main() -> None:
         dev = store.rows_where(split="dev")
         for norm in a.options:
             t0 = time.perf_counter()
-            m = VQLC(n_concepts=run.cfg.n_concepts, seed=0, normalize=norm, progress=False).fit(store, rows=rows)
+            m = VQLC(n_concepts=run.cfg.methods.n_concepts, seed=0, normalize=norm, progress=False).fit(store, rows=rows)
             fit_s = time.perf_counter() - t0
             assign = m.predict_store(store)
             score = m.score_store(store, dev)
-            results.append({"run": name, "model": run.cfg.model, "normalize": norm, "fit_s": round(fit_s, 1),
+            results.append({"run": name, "model": run.cfg.extract.model, "normalize": norm, "fit_s": round(fit_s, 1),
                             "dev_r2": round(float(score["r2"]), 4),
                             "perplexity_all": round(float(codebook_perplexity(assign, m.n_concepts)), 1),
                             "dead_codes_all": int(dead_codes(assign, m.n_concepts)),

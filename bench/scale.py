@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results"
 SIZES = [10_000, 50_000, 100_000, 200_000, 500_000, 1_000_000]
 
@@ -65,26 +64,14 @@ def peak_rss_mb() -> float:
 def fit_child(method: str, store_path: str, k: int, seed: int) -> dict:
     import numpy as np
 
+    from vqlc_core.methods import method_class
     from vqlc_core.store import ActivationStore
 
     store = ActivationStore(store_path)
     base = peak_rss_mb()
-    if method == "vqlc":
-        from vqlc_core.vqlc import VQLC
-
-        est = VQLC(n_concepts=k, seed=seed, progress=False)
-    elif method == "kmeans":
-        from vqlc_core.kmeans import KMeansConcepts
-
-        est = KMeansConcepts(n_concepts=k, seed=seed)
-    elif method == "minibatch":
-        from vqlc_core.kmeans import KMeansConcepts
-
-        est = KMeansConcepts(n_concepts=k, seed=seed, minibatch=True)
-    else:
-        from vqlc_core.lacoat import LACOAT
-
-        est = LACOAT(n_concepts=k, seed=seed)
+    # "minibatch" is K-Means streamed through MiniBatchKMeans; every other name is a registered method.
+    kw = {"progress": False} if method == "vqlc" else {"minibatch": True} if method == "minibatch" else {}
+    est = method_class("kmeans" if method == "minibatch" else method)(n_concepts=k, seed=seed, **kw)
     t0 = time.perf_counter()
     est.fit(store, rows=np.arange(store.n_rows))
     dt = time.perf_counter() - t0

@@ -4,15 +4,14 @@ import plotly.express as px
 import streamlit as st
 
 import vqlc_ui
+from vqlc_core.maps import marker_size
 
 run, method = vqlc_ui.sidebar(need=("maps",))
 st.title(f"Codebook map: {method}")
 st.caption("One point per concept (UMAP of the concept vectors, computed at build time): size = members, "
            "colour = dominant class. Click a point to open the concept.")
 df = vqlc_ui.concept_map(str(run.dir), vqlc_ui.stamp(run), method).copy()
-# Concept sizes span four orders of magnitude: a square-root scale with a floor keeps every
-# point visible and clickable while the big concepts still stand out.
-df["marker"] = df["size"].clip(lower=1) ** 0.5 + 2
+df["marker"] = marker_size(df["size"])
 fig = px.scatter(df, x="x", y="y", size="marker", size_max=28, color="dominant_class", custom_data=["concept"],
                  hover_name=[f"c{k}" for k in df["concept"]], height=560,
                  hover_data={"top_words": True, "size": True, "purity": ":.2f", "marker": False, "x": False,

@@ -1,7 +1,6 @@
 """Compare: K-Means, LACOAT and VQLC side by side on one input, each with its own ablation
 toggles; the corpus-level faithfulness table and chart; fit time and peak memory per method."""
 
-import pandas as pd
 import plotly.express as px
 import streamlit as st
 
@@ -38,9 +37,7 @@ st.plotly_chart(px.bar(faith, x="target", y="mean_conf_drop", color="method", ba
                        hover_data=["flip_rate", "n"], labels={"mean_conf_drop": "mean confidence drop"}),
                 width="stretch", key="faith_chart")
 st.header("Cost and codebook use")
-cost = pd.DataFrame([{"method": m, **{k: v.get(k) for k in ("fit_time_s", "peak_rss_mb", "n_fit_rows", "perplexity",
-                                                             "dead_codes", "mean_purity")}}
-                     for m, v in measures["methods"].items()])
+cost = browse.cost_table(measures)
 st.dataframe(cost, hide_index=True)
 st.plotly_chart(px.bar(cost.melt("method", ["fit_time_s", "peak_rss_mb"]), x="method", y="value", facet_col="variable",
                        height=280).update_yaxes(matches=None, showticklabels=True), width="stretch", key="cost_chart")

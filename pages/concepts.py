@@ -28,10 +28,11 @@ if chosen is not None and st.session_state.get("concept_method") == method and 0
     vqlc_ui.concept_view(run, method, chosen)
     st.divider()
 
-n_pages = max(1, -(-len(ids) // PER_PAGE))
+n_pages = browse.page_count(len(ids), PER_PAGE)
 page = st.sidebar.number_input(f"Page (of {n_pages})", 1, n_pages, 1) if n_pages > 1 else 1
+shown, _ = browse.paginate(ids, page, PER_PAGE)
 cols = st.columns(4)
-for i, k in enumerate(ids[(page - 1) * PER_PAGE : page * PER_PAGE]):
+for i, k in enumerate(shown):
     row = cs.summary.loc[k]
     with cols[i % 4].container(border=True):
         st.markdown(f"**{html.escape(cs.label(k))}**  \n{int(row['size'])} members, purity {row['purity']:.2f} "

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Creates or reuses .venv and installs the pinned requirements (torch first, CPU build).
+# Creates or reuses .venv, installs the pinned requirements (torch first, CPU build) and then
+# the project itself (editable, with the `vqlc` command).
 # Usage: scripts/setup.sh [requirements file]. Reinstalls only when the file changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +17,7 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 stamp=".venv/.installed-$(basename "$req")"
-want=$(cat "$req" requirements.txt | sha256sum | cut -d' ' -f1)
+want=$(cat "$req" requirements.txt pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
@@ -25,4 +26,6 @@ echo "vqlc: installing $req into .venv (first time: a few minutes)"
 # torch first and pinned: its CPU wheel; an unpinned torch would pull a CUDA build.
 .venv/bin/python -m pip install -q "torch==2.13.0"
 .venv/bin/python -m pip install -q -r "$req"
+# the project itself, editable: `import vqlc_core` from anywhere and the `vqlc` command
+.venv/bin/python -m pip install -q --no-deps -e .
 echo "$want" > "$stamp"

@@ -1,8 +1,11 @@
-"""Shared fixtures: the real MiniLM backbone and real MR sentences (downloaded once into cache/)."""
+"""Shared fixtures and helpers: the real MiniLM backbone and real MR sentences (downloaded once
+into cache/), the small apptest run, Gaussian blobs, and the command line run as a user runs it."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +20,24 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+def blobs(n_per: int = 100, k: int = 6, dim: int = 32, spread: float = 0.3, seed: int = 0):
+    """Well-separated Gaussian blobs: (k*n_per, dim) float32 vectors and their blob ids, shuffled."""
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(size=(k, dim)) * 4.0
+    y = np.repeat(np.arange(k), n_per)
+    X = centers[y] + rng.normal(size=(len(y), dim)) * spread
+    perm = rng.permutation(len(y))
+    return X[perm].astype(np.float32), y[perm]
+
+
+def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 300) -> tuple[int, str, str]:
+    """`python -m vqlc_core *args` offline in a fresh process: (exit status, stdout, stderr)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-m", "vqlc_core", *args], cwd=cwd, env=env, capture_output=True,
+                         text=True, timeout=timeout)
+    return out.returncode, out.stdout, out.stderr
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
@@ -26,7 +47,7 @@ def _seed():
 @pytest.fixture(scope="session")
 def minilm():
     from vqlc_core.backbone import Backbone
-    from vqlc_core.sources import resolve_model
+    from vqlc_core.models import resolve_model
 
     return Backbone.from_source(resolve_model("minilm", cache_dir=CACHE), max_length=128)
 
@@ -34,7 +55,7 @@ def minilm():
 @pytest.fixture(scope="session")
 def mr_texts() -> pd.DataFrame:
     """300 real MR sentences with labels and a seeded split (text_id, text, label, split)."""
-    from vqlc_core.sources import load_dataset, split_dataset
+    from vqlc_core.datasets import load_dataset, split_dataset
 
     ds = load_dataset("mr", cache_dir=CACHE, limit=300, seed=0)
     split = split_dataset(ds.labels, seed=0)
@@ -46,10 +67,17 @@ def apptest_run():
     """The small real run (MiniLM, 300 MR sentences, K = 20) in cache/runs/apptest that the
     dashboard tests read; built on first use (about two minutes), then reused."""
     from vqlc_core.config import preset
-    from vqlc_core.pipeline import Run, build
+    from vqlc_core.pipeline import build
+    from vqlc_core.run import Run, is_built
 
     cfg = preset("default", run="apptest", limit=300, n_concepts=20, faithfulness_texts=20, cache_dir=CACHE)
-    run = Run(cfg.run_dir, cfg)
-    if not run.manifest.is_complete("maps"):
-        build(cfg, log=lambda msg: None)
+    if not (cfg.run_dir / "manifest.json").exists() or not is_built(cfg.run_dir):
+        build(cfg)
     return Run(cfg.run_dir)
+
+
+@pytest.fixture
+def cache_env(apptest_run, monkeypatch):
+    """$VQLC_CACHE_DIR set to the cache that holds the apptest run, as the dashboard reads it."""
+    monkeypatch.setenv("VQLC_CACHE_DIR", str(CACHE))
+    return apptest_run

@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vqlc_core import distributed  # noqa: E402
 from vqlc_core.store import ArrayStore  # noqa: E402

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from vqlc_core.pipeline import Run
+from vqlc_core.run import Run
 
 APPTEST_ARGS = ["--limit", "300", "--n-concepts", "20", "--faithfulness-texts", "20"]  # apptest's config
 
@@ -20,6 +20,5 @@ def sealed_copy(src: Path, cache: Path, name: str = "copy") -> Run:
     for stage, entry in run.manifest.data["stages"].items():
         if entry.get("state") == "complete":
             entry["files"] = run.seal(stage)
-    run.manifest.data["config"]["cache_dir"] = str(cache)
     run.manifest.save()
     return Run(dst)

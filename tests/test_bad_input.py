@@ -56,7 +56,7 @@ def explainer(apptest_run):
 
     run = apptest_run
     methods = {m: (run.method(m), run.concept_set(m)) for m in run.methods_built()}
-    return Explainer(run.classifier, run.layer, methods, ig_steps=run.cfg.ig_steps)
+    return Explainer(run.classifier, run.layer, methods, ig_steps=run.cfg.eval.ig_steps)
 
 
 @pytest.mark.parametrize("case", list(TEXTS))
@@ -113,7 +113,7 @@ def data(tmp_path):
     ("data.pkl", "not really a pickle", "not a .csv"),
 ])
 def test_a_bad_dataset_file_is_one_sentence(data, name, body, phrase):
-    from vqlc_core.sources import load_dataset
+    from vqlc_core.datasets import load_dataset
 
     with pytest.raises(RunError) as e:
         _in_time(load_dataset, str(data(name, body)))
@@ -122,7 +122,7 @@ def test_a_bad_dataset_file_is_one_sentence(data, name, body, phrase):
 
 
 def test_a_dataset_name_that_is_nothing_is_one_sentence():
-    from vqlc_core.sources import load_dataset
+    from vqlc_core.datasets import load_dataset
 
     with pytest.raises(RunError, match="Unknown dataset"):
         load_dataset("no-such-dataset")
@@ -134,16 +134,14 @@ def run_copy(apptest_run, tmp_path):
 
 
 def _cfg(run, **kw):
-    from vqlc_core.config import BuildConfig
-
-    return BuildConfig.from_json({**run.manifest.data["config"], "cache_dir": str(run.dir.parents[1]),
-                                  "run": run.dir.name, **kw})
+    return run.rebuild_config().replace(**kw)
 
 
 @pytest.mark.parametrize("kw, phrase", [
     ({"n_concepts": 100_000, "rebuild": "fitset"}, "concepts were requested"),
-    ({"limit": 50}, "was built with limit=300"),
-    ({"layer": 99}, "was built with layer=None"),
+    ({"limit": 50}, "has stage 'texts' built with --limit 300, not 50; pass --rebuild texts"),
+    ({"layer": 99}, "has stage 'extract' built with --layer (default), not 99; pass --rebuild extract"),
+    ({"vqlc_beta": 0.5}, "has stage 'vqlc' built with --beta 0.25, not 0.5; pass --rebuild vqlc"),
     ({"rebuild": "no-such-stage"}, "Unknown stage"),
     ({"n_concepts": 1}, "at least 2"),
     ({"methods": ("vqlc", "pca")}, "Unknown method"),
@@ -153,7 +151,7 @@ def test_building_with_a_bad_config_is_one_sentence(run_copy, kw, phrase):
 
     rebuild = kw.pop("rebuild", None)
     with pytest.raises(RunError) as e:
-        _in_time(lambda: build(_cfg(run_copy, **kw), rebuild=rebuild, log=lambda m: None))
+        _in_time(lambda: build(_cfg(run_copy, **kw), rebuild=rebuild))
     assert phrase in str(e.value), e.value
     one_sentence(str(e.value))
 
@@ -190,7 +188,7 @@ def _truncate_shard(run):
     (["--limit", "3"], None, "at least 10"),
     (["--rebuild", "nope"], None, "invalid choice"),
     (["--run", "copy", *APPTEST_ARGS], _truncate_shard, "rerun with --rebuild extract"),
-    (["--run", "copy", *APPTEST_ARGS], _other_version, "expected format 1, got 99"),
+    (["--run", "copy", *APPTEST_ARGS], _other_version, "expected format 2, got 99"),
 ])
 def test_a_bad_command_line_is_one_sentence(apptest_run, tmp_path, args, damage, phrase):
     d = tmp_path

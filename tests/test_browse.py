@@ -1,8 +1,17 @@
-"""The dashboard's data helpers: concept colours, word spans, word search, contexts, HTML."""
+"""The dashboard's data helpers: concept colours, word spans, word search, contexts, HTML, pages
+of the concept grid and the cost table."""
+
+import colorsys
+import re
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
+import pytest
+from matplotlib.colors import is_color_like, to_rgb
 
+from tests.conftest import ROOT
 from vqlc_core import browse
 
 
@@ -12,10 +21,23 @@ def tokens_of(texts: list[list[str]]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["text_id", "word_index", "word", "kind", "label"])
 
 
-def test_concept_colors_are_stable_and_differ_between_neighbours():
-    assert browse.concept_color(7) == browse.concept_color(7)
-    assert len({browse.concept_color(k) for k in range(10)}) == 10
-    assert all(c.startswith("#") and len(c) == 7 for c in map(browse.concept_color, range(400)))
+def test_concept_colors_are_distinct_light_css_colours():
+    colours = [browse.concept_color(k) for k in range(200)]
+    assert len(set(colours)) == 200
+    assert all(re.fullmatch(r"#[0-9a-f]{6}", c) and is_color_like(c) for c in colours), colours
+    assert min(colorsys.rgb_to_hls(*to_rgb(c))[1] for c in colours) >= 0.75  # dark text stays readable
+
+
+def test_neighbouring_concepts_get_clearly_different_colours():
+    rgb = np.array([to_rgb(browse.concept_color(k)) for k in range(400)])
+    assert np.abs(np.diff(rgb, axis=0)).sum(axis=1).min() > 0.3
+
+
+def test_a_concept_keeps_its_colour_in_another_process():
+    code = "from vqlc_core.browse import concept_color; print(*map(concept_color, range(20)))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env={"PYTHONHASHSEED": "12345", "PATH": ""})
+    assert out.stdout.split() == [browse.concept_color(k) for k in range(20)], out.stderr
 
 
 def test_word_spans_find_each_occurrence_of_a_repeated_word_in_order():
@@ -54,3 +76,45 @@ def test_colored_sentence_escapes_user_text_and_labels():
     assert "&lt;img" in html and "<img src=x" not in html and "<script>" not in html
     assert 'title="c0: &quot;&lt;b&gt;"' in html
     assert html.count("<span") == len(words)
+
+
+@pytest.mark.parametrize("n_items, per_page, pages", [(0, 24, 1), (1, 24, 1), (24, 24, 1), (25, 24, 2), (97, 24, 5)])
+def test_page_count_covers_every_item_and_is_at_least_one(n_items, per_page, pages):
+    assert browse.page_count(n_items, per_page) == pages
+
+
+def test_paginate_splits_ids_into_pages_with_a_short_last_page():
+    ids = list(range(100, 110))
+    assert browse.paginate(ids, 1, 4) == ([100, 101, 102, 103], 3)
+    assert browse.paginate(ids, 3, 4) == ([108, 109], 3)
+    pages = [browse.paginate(ids, p, 4)[0] for p in (1, 2, 3)]
+    assert sum(pages, []) == ids
+
+
+def test_paginate_clamps_a_page_out_of_range_and_handles_no_ids():
+    ids = list(range(10))
+    assert browse.paginate(ids, 99, 4) == ([8, 9], 3)
+    assert browse.paginate(ids, 0, 4) == ([0, 1, 2, 3], 3)
+    assert browse.paginate(ids, -5, 4) == ([0, 1, 2, 3], 3)
+    assert browse.paginate([], 1, 24) == ([], 1)
+    assert browse.paginate([], 7, 24) == ([], 1)
+
+
+def test_cost_table_has_one_row_per_method_and_leaves_missing_measures_empty():
+    measures = {"methods": {
+        "vqlc": {"fit_time_s": 12.5, "peak_rss_mb": 800.0, "n_fit_rows": 1685, "perplexity": 17.2, "dead_codes": 3,
+                 "mean_purity": 0.71, "not_a_cost": 1},
+        "kmeans": {"fit_time_s": 0.4, "peak_rss_mb": 300.0, "n_fit_rows": 1685, "mean_purity": 0.66},
+    }}
+    cost = browse.cost_table(measures)
+    assert list(cost.columns) == ["method", "fit_time_s", "peak_rss_mb", "n_fit_rows", "perplexity", "dead_codes",
+                                  "mean_purity"]
+    assert cost["method"].tolist() == ["vqlc", "kmeans"]
+    assert cost.set_index("method").at["vqlc", "dead_codes"] == 3
+    assert cost.set_index("method")[["perplexity", "dead_codes"]].loc["kmeans"].isna().all()
+    assert cost.melt("method", ["fit_time_s", "peak_rss_mb"])["value"].tolist() == [12.5, 0.4, 800.0, 300.0]
+
+
+def test_cost_table_of_no_methods_is_empty_with_its_columns():
+    cost = browse.cost_table({"methods": {}})
+    assert cost.empty and "fit_time_s" in cost.columns

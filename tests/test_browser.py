@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 import re
-import sys
 import time
 import zipfile
 
@@ -17,7 +16,6 @@ from playwright.sync_api import expect, sync_playwright
 
 from tests.conftest import ROOT
 
-sys.path.insert(0, str(ROOT / "bench"))
 from dashboard_server import ARGS, CHROMIUM, serve  # noqa: E402
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow,

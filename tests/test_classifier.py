@@ -11,7 +11,7 @@ from tests.conftest import CACHE
 @pytest.mark.slow
 def test_the_minilm_classifier_scores_at_least_070_on_mr_test(minilm):
     from vqlc_core.classifier import Classifier, pooled_features
-    from vqlc_core.sources import load_dataset, split_dataset
+    from vqlc_core.datasets import load_dataset, split_dataset
 
     ds = load_dataset("mr", cache_dir=CACHE)
     split = split_dataset(ds.labels, seed=0)

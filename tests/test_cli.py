@@ -1,20 +1,15 @@
-"""The command line answers every user mistake with one sentence and exit status 2."""
+"""The command line answers every user mistake with one sentence and exit status 2, and explains
+every option it takes."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
+import argparse
+import re
 
 import pytest
 
-from tests.conftest import ROOT
-
-
-def run_cli(*args, cwd=ROOT):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "vqlc_core", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+from tests.conftest import run_cli
+from vqlc_core.cli import parser
 
 
 @pytest.fixture
@@ -38,17 +33,48 @@ def files(tmp_path):
 ])
 def test_a_user_mistake_gets_one_sentence_not_a_traceback(files, args, phrase):
     args = [a.replace("{d}", str(files)) for a in args]
-    out = run_cli(*args, "--run", "cli-test", "--cache-dir", str(files / "cache"))
-    assert out.returncode == 2, out.stderr
-    assert "Traceback" not in out.stderr
-    assert phrase.lower() in out.stderr.lower(), out.stderr
-    err = [line for line in out.stderr.strip().splitlines() if line.startswith("vqlc: error") or "error:" in line]
-    assert len(err) == 1, out.stderr
+    code, _, err = run_cli(*args, "--run", "cli-test", "--cache-dir", str(files / "cache"))
+    assert code == 2, err
+    assert "Traceback" not in err
+    assert phrase.lower() in err.lower(), err
+    errors = [line for line in err.strip().splitlines() if line.startswith("vqlc: error") or "error:" in line]
+    assert len(errors) == 1, err
 
 
-def test_help_explains_every_option():
-    out = run_cli("build", "--help")
-    assert out.returncode == 0
-    for opt in ("--preset", "--model", "--dataset", "--layer", "--pooling", "--aggregation", "--batch-size",
-                "--run", "--n-concepts", "--methods", "--force"):
-        assert opt in out.stdout
+def commands() -> argparse._SubParsersAction:
+    (sub,) = [a for a in parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return sub
+
+
+def subcommands() -> dict[str, argparse.ArgumentParser]:
+    return dict(commands().choices)
+
+
+def options(p: argparse.ArgumentParser) -> list[argparse.Action]:
+    return [a for a in p._actions if a.option_strings and not isinstance(a, argparse._HelpAction)]
+
+
+def test_every_command_is_listed_with_a_help_line():
+    helps = {a.dest: a.help for a in commands()._choices_actions}
+    assert set(helps) == set(subcommands()) >= {"extract", "train", "build", "runs"}
+    assert all(h and len(h.split()) >= 3 for h in helps.values()), helps
+
+
+@pytest.mark.parametrize("command", ["extract", "train", "build", "runs"])
+def test_every_option_of_a_command_has_its_own_help_text(command):
+    opts = options(subcommands()[command])
+    assert len(opts) >= 2
+    for a in opts:
+        words = re.sub(r"\(default: [^)]*\)|%\(default\)s", "", a.help or "").split()
+        flag_words = {w for f in a.option_strings for w in f.lstrip("-").split("-")}
+        assert len(words) >= 2, f"{command} {a.option_strings[0]} has no help"
+        assert {w.lower().strip(",.():") for w in words} - flag_words, \
+            f"{command} {a.option_strings[0]}: the help only repeats the flag: {a.help!r}"
+
+
+def test_the_build_help_names_the_options_a_user_needs_first():
+    p = subcommands()["build"]
+    flags = {f for a in options(p) for f in a.option_strings}
+    assert {"--preset", "--model", "--dataset", "--layer", "--n-concepts", "--methods", "--run", "--force",
+            "--rebuild"} <= flags
+    assert "--n-concepts" in p.format_help()

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def smol():
     from vqlc_core.backbone import Backbone
-    from vqlc_core.sources import resolve_model
+    from vqlc_core.models import resolve_model
 
     return Backbone.from_source(resolve_model("smollm2-135m", cache_dir=CACHE), max_length=64)
 

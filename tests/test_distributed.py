@@ -91,7 +91,7 @@ def test_rank_0_writes_the_manifest_and_no_extraction_part_is_left(runs):
 
 
 def test_two_processes_train_the_single_process_codebook_and_assignments(runs):
-    weights = "methods/vqlc/model/vqlc.safetensors"
+    weights = "methods/vqlc/model/method.safetensors"
     one, two = read_safetensors(runs / "one" / weights), read_safetensors(runs / "two" / weights)
     assert one.keys() == two.keys()
     for key in one:

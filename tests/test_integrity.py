@@ -4,6 +4,7 @@ dashboard's Rebuild button. Each test damages a private copy of the small apptes
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -14,7 +15,8 @@ from streamlit.testing.v1 import AppTest
 
 from tests.conftest import ROOT
 from tests.runcopy import APPTEST_ARGS, sealed_copy
-from vqlc_core.pipeline import Run, build
+from vqlc_core.pipeline import build
+from vqlc_core.run import Run
 from vqlc_core.runio import CorruptStage
 
 
@@ -24,10 +26,7 @@ def run(apptest_run, tmp_path):
 
 
 def _cfg(run):
-    from vqlc_core.config import BuildConfig
-
-    return BuildConfig.from_json({**run.manifest.data["config"], "cache_dir": str(run.dir.parents[1]),
-                                  "run": run.dir.name})
+    return run.rebuild_config()
 
 
 def _flip_last_byte(path):
@@ -73,15 +72,15 @@ def test_invalidating_a_stage_invalidates_every_stage_after_it(run):
     assert again.manifest.is_complete("fitset") and not again.manifest.is_complete("vqlc")
 
 
-def test_rebuilding_a_corrupt_stage_restores_it(run):
+def test_rebuilding_a_corrupt_stage_restores_it(run, caplog):
     path = run.dir / "methods" / "vqlc" / "map.parquet"
     path.write_bytes(path.read_bytes()[:100])
     with pytest.raises(CorruptStage, match="rerun with --rebuild maps"):
-        build(_cfg(run), log=lambda m: None)
-    logs = []
-    build(_cfg(run), rebuild="maps", log=logs.append)
+        build(_cfg(run))
+    caplog.set_level(logging.INFO, logger="vqlc_core")
+    build(_cfg(run), rebuild="maps")
     assert Run(run.dir).verify() == {}
-    assert "[maps] running" in logs and "[evaluate] already complete, skipped" in logs
+    assert "[maps] running" in caplog.messages and "[evaluate] already complete, skipped" in caplog.messages
 
 
 @pytest.mark.slow

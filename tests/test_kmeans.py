@@ -2,19 +2,10 @@ import numpy as np
 import pytest
 from sklearn.metrics import adjusted_mutual_info_score
 
+from tests.conftest import blobs
 from vqlc_core.kmeans import KMeansConcepts
 from vqlc_core.runio import RunError
 from vqlc_core.store import ArrayStore
-
-
-def blobs(n_per=100, k=6, dim=32, spread=0.3, seed=0):
-    """Well-separated Gaussian blobs: (k*n_per, dim) float32 vectors and their blob ids."""
-    rng = np.random.default_rng(seed)
-    centers = rng.normal(size=(k, dim)) * 4.0
-    y = np.repeat(np.arange(k), n_per)
-    X = centers[y] + rng.normal(size=(len(y), dim)) * spread
-    perm = rng.permutation(len(y))
-    return X[perm].astype(np.float32), y[perm]
 
 
 class CountingStore(ArrayStore):
@@ -70,7 +61,7 @@ def test_save_and_load_roundtrip_predicts_identically(tmp_path):
     np.testing.assert_array_equal(loaded.predict(X), km.predict(X))
     np.testing.assert_array_equal(loaded.predict_proba(X), km.predict_proba(X))
     assert loaded.fit_info_["n_fit_rows"] == len(X)
-    assert sorted(p.suffix for p in (tmp_path / "kmeans").iterdir()) == [".json", ".npy"]
+    assert sorted(p.suffix for p in (tmp_path / "kmeans").iterdir()) == [".json", ".safetensors"]
 
 
 def test_fit_on_a_subset_of_rows_reads_only_those_rows():

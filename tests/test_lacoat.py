@@ -1,21 +1,17 @@
+from functools import partial
+
 import numpy as np
 import pandas as pd
 import pytest
 from sklearn.metrics import adjusted_mutual_info_score
 
+from tests import conftest
 from vqlc_core.lacoat import LACOAT, ConceptMapper, MemoryBudgetError, estimate_memory, max_rows_within
 from vqlc_core.runio import RunError
 from vqlc_core.store import ArrayStore, fit_set_rows
 
 
-def blobs(n_per=100, k=8, dim=24, spread=0.3, seed=0):
-    """Gaussian blobs: (k*n_per, dim) float32 vectors and their blob ids."""
-    rng = np.random.default_rng(seed)
-    centers = rng.normal(size=(k, dim)) * 4.0
-    y = np.repeat(np.arange(k), n_per)
-    X = centers[y] + rng.normal(size=(len(y), dim)) * spread
-    perm = rng.permutation(len(y))
-    return X[perm].astype(np.float32), y[perm]
+blobs = partial(conftest.blobs, k=8, dim=24)  # Gaussian blobs: (k*n_per, dim) float32 vectors, blob ids
 
 
 def test_estimate_memory_of_200k_rows_is_about_320_gb():
@@ -90,7 +86,7 @@ def test_save_and_load_roundtrip_predicts_identically(tmp_path):
     np.testing.assert_array_equal(loaded.predict_store(store), lac.predict_store(store))
     np.testing.assert_array_equal(loaded.predict_proba(X), lac.predict_proba(X))
     assert loaded.mapper_.accuracy_ == lac.mapper_.accuracy_
-    assert {p.suffix for p in (tmp_path / "lacoat").iterdir()} == {".json", ".npy"}
+    assert {p.suffix for p in (tmp_path / "lacoat").iterdir()} == {".json", ".safetensors"}
 
 
 def test_predict_store_refuses_a_smaller_store_than_it_was_fitted_on():

@@ -5,16 +5,13 @@ backbone's lock). Results go to bench/results/many_users.json."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
-sys.path.insert(0, str(ROOT / "bench"))
 
 
 def test_ten_sessions_are_all_answered_and_share_one_model(apptest_run):

@@ -3,19 +3,35 @@ import pytest
 
 from vqlc_core.kmeans import KMeansConcepts
 from vqlc_core.lacoat import LACOAT
-from vqlc_core.methods import ConceptMethod, PeakMemory
+from vqlc_core.methods import METHODS, REGISTRY, ConceptMethod, PeakMemory, method_class, softmax_neg_distances
 from vqlc_core.runio import RunError
 from vqlc_core.store import ArrayStore
 
 
 class FirstSignMethod(ConceptMethod):
-    """A two-concept method: concept 1 when the first coordinate is positive."""
+    """A two-concept method written as a new method would be: concept 1 when the chosen
+    coordinate is above its fitted median."""
 
     name = "first-sign"
-    n_concepts = 2
+
+    def __init__(self, n_concepts: int = 2, column: int = 0, seed: int = 0):
+        self.n_concepts, self.column, self.seed = n_concepts, column, seed
+
+    def _fit(self, store, rows):
+        self.threshold_ = float(np.median(store.read(rows)[:, self.column]))
+        return {"threshold": self.threshold_}
 
     def predict(self, X):
-        return (np.asarray(X)[:, 0] > 0).astype(np.int64)
+        return (np.asarray(X)[:, self.column] > getattr(self, "threshold_", 0.0)).astype(np.int64)
+
+    def predict_proba(self, X):
+        return np.eye(2, dtype=np.float32)[self.predict(X)]
+
+    def _tensors(self):
+        return {"threshold": np.asarray([self.threshold_], dtype=np.float32)}
+
+    def _restore(self, tensors, state):
+        self.threshold_ = float(tensors["threshold"][0])
 
 
 def test_peak_memory_sees_an_allocation_inside_the_block():
@@ -33,15 +49,39 @@ def test_peak_memory_sees_an_allocation_inside_the_block():
 
 def test_predict_store_streams_every_row_in_row_order():
     X = np.random.default_rng(0).normal(size=(103, 4)).astype(np.float32)
-    out = FirstSignMethod().predict_store(ArrayStore(X, chunk_rows=7), batch_size=5)
+    out = FirstSignMethod().predict_store(ArrayStore(X, chunk_rows=7), batch_size=5)  # unfitted: threshold 0
     assert out.dtype == np.int64
     np.testing.assert_array_equal(out, (X[:, 0] > 0).astype(np.int64))
 
 
-def test_the_base_method_gives_no_probabilities_and_no_extra_arrays():
-    with pytest.raises(NotImplementedError, match="first-sign method gives no concept probabilities"):
-        FirstSignMethod().predict_proba(np.zeros((1, 4)))
-    assert FirstSignMethod().concept_extra() == {}
+def test_a_new_method_fits_saves_and_loads_through_the_base_class_alone(tmp_path):
+    X = np.random.default_rng(3).normal(size=(200, 4)).astype(np.float32)
+    m = FirstSignMethod(column=2).fit(ArrayStore(X))
+    assert m.get_params() == {"n_concepts": 2, "column": 2, "seed": 0}
+    assert m.fit_info_["threshold"] == m.threshold_ and m.fit_info_["n_fit_rows"] == 200
+    m.save(tmp_path / "m")
+    back = FirstSignMethod.load(tmp_path / "m")
+    assert back.column == 2 and back.threshold_ == pytest.approx(m.threshold_)
+    np.testing.assert_array_equal(back.predict(X), m.predict(X))
+    assert back.fit_info_["n_fit_rows"] == 200
+    assert back.concept_extra() == {}
+
+
+def test_the_registry_names_each_method_class_once():
+    assert METHODS == tuple(REGISTRY) == ("vqlc", "kmeans", "lacoat")
+    for name in METHODS:
+        cls = method_class(name)
+        assert issubclass(cls, ConceptMethod) and cls(n_concepts=3).name == name
+    with pytest.raises(RunError, match="Unknown concept method 'pca'; choose one of vqlc, kmeans, lacoat."):
+        method_class("pca")
+
+
+def test_softmax_of_negative_distances_is_a_distribution_peaked_at_the_nearest_code():
+    C = np.asarray([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0]])
+    X = np.asarray([[1.0, 0.0], [9.0, 1.0], [0.5, 8.0]])
+    p = softmax_neg_distances(X, C)
+    assert np.allclose(p.sum(1), 1.0) and p.argmax(1).tolist() == [0, 1, 2]
+    assert (softmax_neg_distances(X, C, temperature=1e6).max(1) < p.max(1)).all()  # hotter is flatter
 
 
 @pytest.mark.parametrize("method", [KMeansConcepts(n_concepts=3), LACOAT(n_concepts=3)])

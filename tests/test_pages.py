@@ -14,18 +14,13 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from tests.conftest import CACHE, ROOT
+from tests.conftest import ROOT
 from vqlc_core import report
+from vqlc_core.run import FORMAT_VERSION
 
 RUN = "apptest"
 PAGES = ["concepts", "codebook_map", "explain", "compare", "case_study", "build"]
 SENTENCE = "the plot is thin but the actors seem to enjoy themselves"  # plain words, one word each
-
-
-@pytest.fixture
-def cache_env(apptest_run, monkeypatch):
-    monkeypatch.setenv("VQLC_CACHE_DIR", str(CACHE))
-    return apptest_run
 
 
 def page(name: str, method: str = "vqlc", **state) -> AppTest:
@@ -173,4 +168,4 @@ def test_a_broken_run_is_one_sentence_not_a_traceback(tmp_path, monkeypatch):
     at.session_state["run"] = "old"
     at.run()
     assert not at.exception
-    assert "expected format 1, got 99" in at.error[0].value
+    assert f"expected format {FORMAT_VERSION}, got 99" in at.error[0].value

@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import ROOT
 from vqlc_core.runio import RunError
 
-CODE = [ROOT / "vqlc_core", ROOT / "pages", ROOT / "app.py", ROOT / "vqlc_ui.py", ROOT / "bench", ROOT / "scripts"]
+CODE = [ROOT / "vqlc_core", ROOT / "pages", ROOT / "app.py", ROOT / "vqlc_ui", ROOT / "bench", ROOT / "scripts"]
 UNSAFE = {
     "pickle.load": re.compile(r"\b(c?pickle|_pickle)\.loads?\s*\("),
     "pickle.Unpickler": re.compile(r"\bUnpickler\s*\("),
@@ -38,7 +38,7 @@ def _sources():
 
 def test_the_scan_covers_the_code_base():
     names = {p.relative_to(ROOT).as_posix() for p in _sources()}
-    assert {"app.py", "vqlc_ui.py", "vqlc_core/runio.py", "pages/explain.py", "scripts/setup.sh"} <= names
+    assert {"app.py", "vqlc_ui/loaders.py", "vqlc_core/runio.py", "pages/explain.py", "scripts/setup.sh"} <= names
 
 
 @pytest.mark.parametrize("what", list(UNSAFE))
@@ -75,7 +75,7 @@ def test_streamlit_reads_the_localhost_config_from_the_repository():
 
 
 def test_a_dataset_file_over_the_size_limit_is_one_sentence(tmp_path):
-    from vqlc_core.sources import load_dataset
+    from vqlc_core.datasets import load_dataset
 
     path = tmp_path / "big.csv"
     path.write_text("text,label\n" + "a fine film,1\n" * 2000)
@@ -85,7 +85,7 @@ def test_a_dataset_file_over_the_size_limit_is_one_sentence(tmp_path):
 
 
 def test_the_default_size_limit_applies_without_reading_the_file(tmp_path):
-    from vqlc_core.sources import MAX_BYTES, load_dataset
+    from vqlc_core.datasets import MAX_BYTES, load_dataset
 
     path = tmp_path / "huge.jsonl"
     with open(path, "wb") as f:  # sparse: over the limit on paper, nothing on disk
@@ -94,26 +94,84 @@ def test_the_default_size_limit_applies_without_reading_the_file(tmp_path):
         load_dataset(str(path))
 
 
-def test_a_dataset_file_is_parsed_as_data_never_run(tmp_path):
-    from vqlc_core.sources import load_dataset
+# Each row's text is code in some language a careless reader might run: Python, a shell command,
+# a spreadsheet formula, a template, a YAML tag. Read as data, it comes back character for character.
+HOSTILE = ["__import__('pathlib').Path('{marker}').touch()", "$(touch {marker})", "=cmd|' /C calc'!A0",
+           "{{{{ self.__init__.__globals__ }}}}", "!!python/object/apply:os.system ['touch {marker}']", "a fine film"]
+
+
+def _hostile_table(marker):
+    import pandas as pd
+
+    texts = [t.format(marker=marker) for t in HOSTILE]
+    return pd.DataFrame({"text": texts, "label": [i % 2 for i in range(len(texts))]})
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".parquet"])
+def test_a_dataset_file_is_parsed_as_data_never_run(tmp_path, suffix):
+    from vqlc_core.datasets import load_dataset
 
     marker = tmp_path / "pwned"
-    payload = f"__import__('os').system('touch {marker}')"
-    csv = tmp_path / "evil.csv"
-    csv.write_text(f'text,label\n"{payload}",1\n"=cmd|\' /C calc\'!A0",0\n"ok film",1\n"dull film",0\n')
-    ds = load_dataset(str(csv))
-    assert payload in ds.texts and not marker.exists()
+    df, path = _hostile_table(marker), tmp_path / f"evil{suffix}"
+    {".csv": lambda: df.to_csv(path, index=False), ".jsonl": lambda: df.to_json(path, orient="records", lines=True),
+     ".parquet": lambda: df.to_parquet(path, index=False)}[suffix]()
+    ds = load_dataset(str(path))
+    assert list(ds.texts) == df["text"].tolist()
+    assert not marker.exists()
+
+
+def test_a_file_in_a_pickle_format_is_refused_before_it_is_opened(tmp_path):
+    from vqlc_core.datasets import load_dataset
+
+    path = tmp_path / "data.pkl"
+    path.write_bytes(b"\x80\x04K\x01.")
     with pytest.raises(RunError, match="not a .csv"):
-        load_dataset(str(_write(tmp_path / "data.pkl", b"\x80\x04K\x01.")))
+        load_dataset(str(path))
 
 
-def _write(path, data: bytes):
-    path.write_bytes(data)
-    return path
+class _Armed:
+    """Unpickling this touches `path`: the payload a malicious parquet file would carry."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        from pathlib import Path
+
+        return Path.touch, (Path(self.path),)
 
 
-def test_parquet_reading_cannot_unpickle_extension_types():
-    import pyarrow
+def _armed_parquet(path, marker, texts):
+    """A parquet file whose text column claims to be pyarrow's pickled extension type, its pickle
+    being one that touches `marker` (CVE-2023-47248 was pyarrow unpickling exactly this)."""
+    import pickle
 
-    major, minor, patch = (int(x) for x in re.findall(r"\d+", pyarrow.__version__)[:3])
-    assert (major, minor, patch) >= (14, 0, 1), "pyarrow < 14.0.1 unpickles PyExtensionType (CVE-2023-47248)"
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    payload = pickle.dumps(_Armed(marker))
+    field = pa.field("text", pa.string(), metadata={b"ARROW:extension:name": b"arrow.py_extension_type",
+                                                   b"ARROW:extension:metadata": payload})
+    schema = pa.schema([field, pa.field("label", pa.int64())])
+    pq.write_table(pa.table({"text": texts, "label": [i % 2 for i in range(len(texts))]}, schema=schema), path)
+    return payload
+
+
+def test_parquet_reading_cannot_unpickle_extension_types(tmp_path):
+    import pickle
+
+    import pyarrow.parquet as pq
+
+    from vqlc_core.datasets import load_dataset
+    from vqlc_core.runio import read_parquet
+
+    marker, texts = tmp_path / "pwned", ["a fine film", "a dull film", "ok"]
+    payload = _armed_parquet(tmp_path / "evil.parquet", marker, texts)
+    assert pq.read_schema(tmp_path / "evil.parquet").field("text").metadata[b"ARROW:extension:metadata"] == payload
+    pickle.loads(payload)  # the file is armed: unpickling its metadata does run code
+    assert marker.exists()
+    marker.unlink()
+
+    assert list(load_dataset(str(tmp_path / "evil.parquet")).texts) == texts
+    assert read_parquet(tmp_path / "evil.parquet")["text"].tolist() == texts
+    assert not marker.exists()

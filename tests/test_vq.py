@@ -120,6 +120,26 @@ def test_the_codebook_state_lives_in_buffers_that_state_dict_saves():
     state = VQModel(4, n_codes=3, hidden=4).state_dict()
     for key in ("embed", "embed_avg", "cluster_size", "initted"):
         assert f"codebook.{key}" in state
+    assert "norm_mean" in state and "norm_scale" in state
+
+
+def test_the_normalization_starts_as_the_identity_and_denormalize_undoes_it():
+    model = VQModel(3, n_codes=2, hidden=4)
+    x = torch.tensor([[1.0, -2.0, 300.0], [0.5, 4.0, -100.0]])
+    assert torch.equal(model.normalize(x), x)
+    mean, scale = torch.tensor([1.0, 0.0, 100.0]), torch.tensor([2.0, 1.0, 50.0])
+    model.set_normalization_(mean, scale)
+    assert torch.equal(model.normalize(x), (x - mean) / scale)
+    assert torch.allclose(model.denormalize(model.normalize(x)), x)
+
+
+def test_a_fresh_model_loaded_from_a_state_dict_normalizes_alike():
+    model = VQModel(3, n_codes=2, hidden=4)
+    model.set_normalization_(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([4.0, 5.0, 6.0]))
+    fresh = VQModel(3, n_codes=2, hidden=4)
+    fresh.load_state_dict(model.state_dict())
+    x = torch.randn(5, 3, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(fresh.normalize(x), model.normalize(x))
 
 
 def test_a_single_process_reduces_with_a_noop():

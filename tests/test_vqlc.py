@@ -1,12 +1,17 @@
 """Tests of the VQLC estimator: training from a streamed store, determinism, resume, save/load."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
 
+from vqlc_core.checkpoint import CHECKPOINT_FILE
+from vqlc_core.config import MethodsConfig
 from vqlc_core.metrics import vqlc_measures
 from vqlc_core.runio import RunError
 from vqlc_core.store import ArrayStore
+from vqlc_core.vq import VQModel
 from vqlc_core.vqlc import VQLC
 
 SMALL = dict(n_concepts=8, epochs=3, batch_size=64, hidden=16, init_sample=500, lr=2e-3, progress=False)
@@ -45,7 +50,7 @@ def test_fit_returns_the_estimator_with_its_fitted_state(fitted):
     assert len(fitted.history_) == 3
     assert set(fitted.history_[0]) >= {"loss", "rec", "commit", "perplexity", "dead_codes"}
     assert fitted.mean_.shape == fitted.scale_.shape == (12,)
-    assert fitted.fit_time_s_ > 0
+    assert fitted.fit_info_["fit_time_s"] > 0 and fitted.fit_info_["n_fit_rows"] == 1200
 
 
 def test_the_loss_falls_on_clustered_data(store):
@@ -77,6 +82,7 @@ def test_a_fit_with_another_seed_differs(fitted, store):
 
 def test_a_killed_and_resumed_fit_equals_an_uninterrupted_one(fitted, store, tmp_path):
     VQLC(**{**SMALL, "epochs": 1}, checkpoint_dir=str(tmp_path)).fit(store)  # killed after epoch 1
+    assert [p.name for p in tmp_path.iterdir()] == [CHECKPOINT_FILE]
     resumed = VQLC(**SMALL, checkpoint_dir=str(tmp_path)).fit(store)
     assert torch.equal(resumed.model_.codebook.embed, fitted.model_.codebook.embed)
     for a, b in zip(resumed.model_.state_dict().values(), fitted.model_.state_dict().values()):
@@ -84,20 +90,65 @@ def test_a_killed_and_resumed_fit_equals_an_uninterrupted_one(fitted, store, tmp
     assert resumed.history_ == fitted.history_
 
 
-def test_a_checkpoint_with_other_settings_is_refused(store, tmp_path):
+def test_a_checkpoint_written_with_another_beta_is_refused_with_what_to_do(store, tmp_path):
     VQLC(**{**SMALL, "epochs": 1}, checkpoint_dir=str(tmp_path)).fit(store)
-    with pytest.raises(ValueError, match="other settings"):
+    with pytest.raises(RunError, match=r"other settings \(beta\); delete it or pass --rebuild vqlc\.$"):
         VQLC(**{**SMALL, "beta": 0.5}, checkpoint_dir=str(tmp_path)).fit(store)
+
+
+def test_a_checkpoint_of_vectors_of_another_width_is_refused(store, tmp_path):
+    VQLC(**{**SMALL, "epochs": 1}, checkpoint_dir=str(tmp_path)).fit(store)
+    with pytest.raises(RunError, match=r"other settings \(dim\)"):
+        VQLC(**SMALL, checkpoint_dir=str(tmp_path)).fit(ArrayStore(clustered(d=10)))
+
+
+def test_the_normalization_travels_in_the_state_dict(fitted, store):
+    state = fitted.model_.state_dict()
+    assert torch.equal(state["norm_mean"], torch.from_numpy(fitted.mean_))
+    assert torch.equal(state["norm_scale"], torch.from_numpy(fitted.scale_))
+    fresh = VQModel(12, n_codes=8, hidden=16)
+    fresh.load_state_dict(state)
+    fresh.eval()
+    X = torch.from_numpy(store.read(np.arange(300)))
+    with torch.no_grad():
+        out = fresh(fresh.normalize(X))
+        recon = fresh.denormalize(out.recon)
+    assert np.array_equal(out.indices.numpy(), fitted.predict(X))
+    assert np.array_equal(recon.numpy(), fitted.reconstruct(X))
 
 
 def test_save_and_load_give_the_same_predictions_without_pickle(fitted, store, tmp_path):
     fitted.save(tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["vqlc.json", "vqlc.safetensors"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["method.json", "method.safetensors"]
     loaded = VQLC.load(tmp_path)
     X = store.read(np.arange(200))
     assert np.array_equal(loaded.predict(X), fitted.predict(X))
     assert np.array_equal(loaded.transform(X), fitted.transform(X))
-    assert loaded.history_ == fitted.history_
+    assert np.array_equal(loaded.reconstruct(X), fitted.reconstruct(X))
+    assert np.array_equal(loaded.mean_, fitted.mean_) and np.array_equal(loaded.scale_, fitted.scale_)
+    assert loaded.history_ == fitted.history_ and loaded.get_params() == fitted.get_params()
+    assert loaded.fit_info_ == fitted.fit_info_
+
+
+def test_predict_proba_is_a_softmax_over_codes_that_peaks_at_the_prediction(fitted, store):
+    X = store.read(np.arange(300))
+    p = fitted.predict_proba(X)
+    assert p.shape == (300, 8) and p.dtype == np.float32
+    assert np.allclose(p.sum(1), 1.0, atol=1e-5)
+    assert np.array_equal(p.argmax(1), fitted.predict(X))
+
+
+def test_from_config_takes_the_build_settings_and_fit_rows_follows_fit_on(store, tmp_path):
+    mcfg = MethodsConfig(n_concepts=16, vqlc_beta=0.5, vqlc_epochs=None, vqlc_fit_on="fitset")
+    est = VQLC.from_config(mcfg, seed=3, workdir=tmp_path)
+    assert (est.n_concepts, est.beta, est.epochs, est.seed) == (16, 0.5, None, 3)
+    assert est.checkpoint_dir == str(tmp_path / "checkpoint") and est.device == "cpu"
+    fitset = np.arange(10)
+    assert VQLC.fit_rows(mcfg, store, fitset) is fitset
+    train = np.arange(0, 100, 3)
+    labelled = SimpleNamespace(rows_where=lambda split: train if split == "train" else None)  # an ActivationStore's one call
+    assert VQLC.fit_rows(MethodsConfig(vqlc_fit_on="all"), labelled, fitset) is train
+    assert set(VQLC.config_keys) == {"vqlc_beta", "vqlc_epochs", "vqlc_fit_on"}
 
 
 def test_predict_store_covers_every_row_in_order_with_mean_encodings(fitted, store):

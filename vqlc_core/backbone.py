@@ -17,10 +17,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from .models import load_model, prepare
+from .config import AGGREGATIONS, POOLINGS  # noqa: F401 (re-exported)
 from .runio import RunError
 
-POOLINGS = ("cls", "mean", "last")
-AGGREGATIONS = ("last", "first", "mean")
 
 
 class _StopForward(Exception):
@@ -67,24 +67,16 @@ class Backbone:
             raise RunError("vqlc needs a fast tokenizer (word alignment comes from its word ids).")
         if pooling not in POOLINGS:
             raise RunError(f"Unknown pooling '{pooling}'; choose one of {', '.join(POOLINGS)}.")
-        self.tokenizer, self.model, self.kind, self.pooling = tokenizer, model.eval(), kind, pooling
+        self.tokenizer, self.model, self.kind, self.pooling = tokenizer, model, kind, pooling
         self.max_length, self.name, self.is_classifier = max_length, name, is_classifier
-        self.model.requires_grad_(False)
+        self.add_bos = prepare(tokenizer, model, kind)  # frozen, eval mode, padded on the right
         self.lock = threading.RLock()  # hooks act on the shared model: one pass at a time
-        self.tokenizer.padding_side = "right"  # causal models: pads after the text change nothing before them
-        if self.tokenizer.pad_token is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
         self.blocks = find_blocks(model)
         self.base = self._base_model(model)
-        # Decoders whose tokenizer adds no BOS get one prepended: the first position of a
-        # decoder is an attention sink with outlying states, and it should not be a word.
-        self.add_bos = kind == "decoder" and tokenizer.bos_token_id is not None and \
-            tokenizer("a")["input_ids"][0] != tokenizer.bos_token_id
 
     @classmethod
     def from_source(cls, source, dtype=torch.float32, max_length: int = 256, pooling: str | None = None):
-        from .sources import load_model
-
+        """The backbone of a resolved `ModelSource`, loaded and prepared."""
         tok, model = load_model(source, dtype=dtype)
         return cls(tok, model, source.kind, pooling or source.pooling, max_length, source.name, source.is_classifier)
 

@@ -1,6 +1,7 @@
 """What the dashboard shows, as plain data: a stable colour per concept, the concepts that hold
-a word, a concept's member contexts with the word located in its sentence, the concepts an
-explanation puts forward, and HTML for a sentence whose words are coloured by concept.
+a word, a concept's member contexts with the word located in its sentence, pages of a concept
+grid, the concepts an explanation puts forward, HTML for a sentence whose words are coloured by
+concept, and the methods' cost table.
 
 Every piece of text that reaches HTML here goes through `html.escape`; the pages only render.
 """
@@ -15,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 _GOLDEN = 0.618033988749895  # successive concept ids get well-separated hues
+COST_COLUMNS = ["method", "fit_time_s", "peak_rss_mb", "n_fit_rows", "perplexity", "dead_codes", "mean_purity"]
 
 
 # --- colours and HTML ------------------------------------------------------------------------
@@ -107,10 +109,30 @@ def is_prediction_concept(summary_row) -> bool:
     return int(summary_row["n_pred"]) * 2 > int(summary_row["size"])
 
 
+def page_count(n_items: int, per_page: int) -> int:
+    """Pages needed to show `n_items` at `per_page` a page; at least one (an empty grid is a page)."""
+    return max(1, -(-int(n_items) // int(per_page)))
+
+
+def paginate(ids: list, page: int, per_page: int) -> tuple[list, int]:
+    """The ids on page `page` (1-based; a page out of range shows the nearest one) and the number
+    of pages."""
+    n_pages = page_count(len(ids), per_page)
+    page = min(max(int(page), 1), n_pages)
+    return list(ids[(page - 1) * per_page : page * per_page]), n_pages
+
+
 def class_distribution(summary_row) -> pd.DataFrame:
     """class, count of a concept's members, from its summary row."""
     counts = json.loads(summary_row["class_counts"])
     return pd.DataFrame({"class": list(counts), "count": list(counts.values())})
+
+
+def cost_table(measures: dict) -> pd.DataFrame:
+    """One row per method of the evaluation's measures: fit time, peak memory, fit rows and
+    codebook use (perplexity, dead codes, mean purity); a measure a method lacks is missing."""
+    rows = [{"method": m, **{k: v.get(k) for k in COST_COLUMNS[1:]}} for m, v in measures.get("methods", {}).items()]
+    return pd.DataFrame(rows, columns=COST_COLUMNS)
 
 
 # --- the explanation side ----------------------------------------------------------------------

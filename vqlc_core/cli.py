@@ -1,136 +1,170 @@
-"""Command line: `python -m vqlc_core {extract,train,build,runs}`, also under
-`torchrun ... -m vqlc_core extract|train` (see the README, "Running on several machines").
+"""Command line: `vqlc {extract,train,build,runs}` (also `python -m vqlc_core ...`, and under
+`torchrun ... -m vqlc_core extract|train`; see the README, "Running on several machines").
 
-Every mistake a user can make ends in one sentence on stderr and exit status 2, never a
-traceback; an interrupted command resumes when it is run again.
+The options are generated from the config dataclasses (`config.py`), so their defaults and help
+live in one place. Every mistake a user can make ends in one sentence on stderr and exit
+status 2, never a traceback (the cause goes to the log with --verbose); an interrupted command
+resumes when it is run again.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
+from dataclasses import MISSING, fields
 from pathlib import Path
 
-from .config import METHODS, PRESETS, preset
+from .config import PRESETS, SECTIONS, BuildConfig, preset
 from .runio import RunError
 
-STAGE_SETS = {
-    "extract": ["texts", "extract"],
-    "train": ["texts", "extract", "fitset", "vqlc"],
-    "build": None,
+log = logging.getLogger("vqlc_core")
+
+# command -> (help, the config sections it takes, the stages it runs; None = all)
+COMMANDS = {
+    "extract": ("load the data and write the activation store (stages texts, extract)", ("data", "extract"),
+                ["texts", "extract"]),
+    "train": ("extract if needed, then train VQLC on the fit set", ("data", "extract", "fitset", "methods"),
+              ["texts", "extract", "fitset", "vqlc"]),
+    "build": ("the whole run: extract, classifier, every method, evaluation, maps", tuple(SECTIONS), None),
 }
+TITLES = {"data": "data", "extract": "extraction (the explainer uses the same settings)", "fitset": "fit set",
+          "methods": "concept methods", "eval": "evaluation"}
 
 
-def _add_common(p: argparse.ArgumentParser) -> None:
+def _type(annotation: str):
+    if "int" in annotation:
+        return int
+    if "float" in annotation:
+        return float
+    if "Path" in annotation:
+        return Path
+    return str
+
+
+def _add_field(group, f, dest: str) -> None:
+    meta = f.metadata
+    default = f.default if f.default is not MISSING else f.default_factory()
+    kw = {"dest": dest, "default": argparse.SUPPRESS, "help": meta["help"]}
+    if "tuple" in str(f.type):
+        kw["nargs"] = "+"
+        shown = " ".join(default) if isinstance(default, tuple) else default
+    else:
+        kw["type"] = _type(str(f.type))
+        shown = default
+    if meta.get("choices"):
+        kw["choices"] = list(meta["choices"])
+    if shown is not None and "(default" not in meta["help"]:
+        kw["help"] += f" (default: {shown})"
+    flags = [meta.get("flag") or "--" + f.name.replace("_", "-")]
+    kw["metavar"] = None if "choices" in kw else flags[0].lstrip("-").upper().replace("-", "_")
+    if f.name == "run":
+        flags.append("--run-name")
+    group.add_argument(*flags, **kw)
+
+
+def _add_config(p: argparse.ArgumentParser, sections: tuple[str, ...]) -> None:
     g = p.add_argument_group("what to build")
     g.add_argument("--preset", default="default", choices=sorted(PRESETS),
                    help="starting configuration: default = MiniLM on MR sentence polarity; decoder = SmolLM2-135M "
-                        "on MR; decoder-bbc = SmolLM2-135M on BBC News (default: %(default)s)")
-    g.add_argument("--run", "--run-name", dest="run",
-                   help="run name, the folder under cache/runs/ (default: the preset's name); under torchrun "
-                        "write --run-name, as torchrun reads --run as its own --run-path")
-    g.add_argument("--model", help="model: minilm, smollm2-135m, a Hugging Face name, a local directory or a .gguf file")
-    g.add_argument("--dataset", help="dataset: mr, movies, bbc, or a .csv / .jsonl / .parquet file")
-    g.add_argument("--text-column", help="text column of a dataset file (default: text)")
-    g.add_argument("--label-column", help="label column of a dataset file (default: label)")
-    g.add_argument("--limit", type=int, help="use a seeded, stratified subset of this many texts")
-    g.add_argument("--seed", type=int, help="seed for splits, sampling and training (default: 0)")
-    g.add_argument("--cache-dir", type=Path, help="where downloads, models and runs go (default: cache)")
-    e = p.add_argument_group("extraction")
-    e.add_argument("--layer", type=int, help="layer l whose token states are used (default: the second-to-last)")
-    e.add_argument("--pooling", choices=["cls", "mean", "last"],
-                   help="prediction representation (default: mean for MiniLM, last token for decoders)")
-    e.add_argument("--aggregation", choices=["last", "first", "mean"],
-                   help="which sub-word's state a word gets (default: last)")
-    e.add_argument("--batch-size", type=int, help="texts per forward pass")
-    e.add_argument("--chunk-texts", type=int, help="texts per extraction chunk, the unit of resumption and of "
-                   "sharing out under torchrun: rank r takes chunks r, r+N, ... (default: 512)")
-    e.add_argument("--max-length", type=int, help="tokens per text; longer texts are truncated (default: 128)")
-    e.add_argument("--dtype", choices=["float32", "bfloat16"], help="bfloat16 autocast is faster on CPUs with BF16")
-
-
-def _add_methods(p: argparse.ArgumentParser) -> None:
-    m = p.add_argument_group("concept methods")
-    m.add_argument("--n-concepts", type=int, help="number of concepts K for every method (default: 400)")
-    m.add_argument("--beta", type=float, dest="vqlc_beta", help="VQLC commitment weight beta (default: 0.25)")
-    m.add_argument("--epochs", type=int, dest="vqlc_epochs", help="VQLC training epochs (default: the estimator's)")
-    m.add_argument("--fit-on", choices=["fitset", "all"], dest="vqlc_fit_on",
-                   help="VQLC trains on the shared fit set (default) or on all train rows")
-    m.add_argument("--max-per-word", type=int, help="fit set: at most this many rows per word type (default: 20)")
-    m.add_argument("--fit-max-rows", type=int, help="fit set: at most this many rows in all (default: 10000)")
+                        "on MR; decoder-bbc = SmolLM2-135M on BBC News (default: %(default)s); the options below "
+                        "override it")
+    for f in fields(BuildConfig):
+        if f.name not in SECTIONS:
+            _add_field(g, f, f.name)
+    for s in sections:
+        g = p.add_argument_group(TITLES[s])
+        for f in fields(SECTIONS[s]):
+            if f.metadata.get("cli", True):
+                _add_field(g, f, f.name)
+    p.add_argument("-v", "--verbose", action="store_true", help="log diagnostics, and the cause of an error")
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m vqlc_core", description=(
-        "vqlc: discover latent concepts in a frozen language model with VQLC, K-Means and LACOAT. "
-        "Everything is written under cache/runs/<run>/; rerunning a command resumes where it stopped."))
+    from .stages import stage_names
+
+    ap = argparse.ArgumentParser(prog="vqlc", description=(
+        "vqlc: discover latent concepts in a language model with VQLC, K-Means and LACOAT. Everything is "
+        "written under <cache>/runs/<run>/; rerunning a command resumes where it stopped."))
     sub = ap.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("extract", help="load the data and write the activation store (stages texts, extract)")
-    _add_common(p)
-    p = sub.add_parser("train", help="extract if needed, then train VQLC on the fit set")
-    _add_common(p)
-    _add_methods(p)
-    p = sub.add_parser("build", help="the whole run: extract, classifier, all methods, evaluation, maps")
-    _add_common(p)
-    _add_methods(p)
-    p.add_argument("--methods", nargs="+", choices=METHODS, help="which concept methods (default: all three)")
-    p.add_argument("--faithfulness-texts", type=int, help="test texts in the faithfulness table (default: 400)")
-    p.add_argument("--force", action="store_true", help="delete the run and build it from scratch")
-    p.add_argument("--rebuild", metavar="STAGE", choices=["texts", "extract", "classifier", "fitset", *METHODS,
-                                                          "evaluate", "maps"],
-                   help="build this stage and every stage after it again, e.g. after a corrupt file was found")
-    p = sub.add_parser("runs", help="list the runs under cache/runs/ and the state of their stages")
-    p.add_argument("--cache-dir", type=Path, default=Path("cache"))
+    for name, (help_, sections, _) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_, description=help_ + ". Defaults shown are the default preset's; "
+                           "another --preset may set some of them otherwise.")
+        _add_config(p, sections)
+        if name == "build":
+            p.add_argument("--force", action="store_true", help="delete this run's folder and build it from scratch")
+            p.add_argument("--rebuild", metavar="STAGE", choices=stage_names(),
+                           help="build this stage and every stage after it again, e.g. after a corrupt file was "
+                                "found or to change its settings; one of " + ", ".join(stage_names()))
+    p = sub.add_parser("runs", help="list the runs and the state of their stages")
+    p.add_argument("--cache-dir", type=Path, default=None, help="where runs live (default: $VQLC_CACHE_DIR or cache)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log diagnostics")
     return ap
 
 
-def _config(args):
-    skip = {"command", "preset", "force", "rebuild"}
+def config_from_args(args: argparse.Namespace) -> BuildConfig:
+    """The preset with the options given on the command line; cache_dir from $VQLC_CACHE_DIR
+    when not given."""
+    from .run import cache_dir_default
+
+    skip = {"command", "preset", "force", "rebuild", "verbose"}
     overrides = {k: v for k, v in vars(args).items() if k not in skip}
-    if overrides.get("methods"):
-        overrides["methods"] = tuple(overrides["methods"])
+    overrides.setdefault("cache_dir", cache_dir_default())
     return preset(args.preset, **overrides)
 
 
-def _list_runs(cache_dir: Path) -> int:
-    from .pipeline import list_runs
+def _list_runs(cache_dir: Path | None) -> int:
+    from .run import cache_dir_default, list_runs
     from .runio import read_json
 
     runs = list_runs(cache_dir)
     if not runs:
-        print(f"No runs under {cache_dir / 'runs'}; build one with `python -m vqlc_core build`.")
+        print(f"No runs under {(cache_dir or cache_dir_default()) / 'runs'}; build one with `vqlc build`.")
     for r in runs:
         m = read_json(r / "manifest.json")
         done = [s for s, v in m.get("stages", {}).items() if v.get("state") == "complete"]
         cfg = m.get("config", {})
-        print(f"{r.name}: model={cfg.get('model')} dataset={cfg.get('dataset')} complete: {', '.join(done) or 'nothing'}")
+        print(f"{r.name}: model={cfg.get('extract', {}).get('model')} dataset={cfg.get('data', {}).get('dataset')} "
+              f"complete: {', '.join(done) or 'nothing'}")
     return 0
+
+
+def _configure_logging(verbose: bool) -> None:
+    """vqlc's own messages to stdout (INFO; DEBUG with --verbose); other libraries keep theirs."""
+    if not any(getattr(h, "_vqlc", False) for h in log.handlers):
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler._vqlc = True
+        log.addHandler(handler)
+    log.setLevel(logging.DEBUG if verbose else logging.INFO)
 
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args = parser().parse_args(argv)
+    from . import distributed
+
+    _configure_logging(args.verbose)
     try:
         if args.command == "runs":
             return _list_runs(args.cache_dir)
-        from . import distributed
         from .pipeline import build
 
-        cfg = _config(args)
+        cfg = config_from_args(args)
         distributed.init()  # under torchrun: join the process group; one process: nothing
-        quiet = (lambda *a, **k: None) if not distributed.is_main() else print
-        build(cfg, stages=STAGE_SETS[args.command], force=getattr(args, "force", False), log=quiet,
+        if not distributed.is_main():
+            log.setLevel(logging.WARNING)
+        build(cfg, stages=COMMANDS[args.command][2], force=getattr(args, "force", False),
               rebuild=getattr(args, "rebuild", None))
-        quiet(f"vqlc: run '{cfg.run}' is in {cfg.run_dir}")
+        log.info("vqlc: run '%s' is in %s", cfg.run, cfg.run_dir)
         return 0
     except RunError as e:
+        log.debug("cause:", exc_info=True)
         print(f"vqlc: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("vqlc: interrupted; run the same command again to resume.", file=sys.stderr)
         return 130
     finally:
-        from . import distributed
-
         distributed.close()

@@ -1,92 +1,236 @@
-"""Build configuration and presets: which model, which data, which layer, which methods.
+"""Build configuration: one typed dataclass per stage (data, extraction, fit set, methods,
+evaluation), composed into `BuildConfig`, and the presets.
 
-A preset is a named `BuildConfig`; command-line options override its fields.
+Each field carries its command-line help in `metadata`, so the CLI is generated from these
+classes and defaults and help live here only. A preset is a named `BuildConfig`; command-line
+options override its fields by their flat names (`n_concepts`, `layer`, ...).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 
+from .methods import METHODS
 from .runio import RunError
 
-METHODS = ("vqlc", "kmeans", "lacoat")
+POOLINGS = ("cls", "mean", "last")
+AGGREGATIONS = ("last", "first", "mean")
+DTYPES = ("float32", "bfloat16")
+
+
+def opt(default, help: str, flag: str | None = None, choices=None, cli: bool = True):
+    """A config field with its command-line flag (default: --field-name) and help."""
+    meta = {"help": help, "flag": flag, "choices": choices, "cli": cli}
+    if isinstance(default, (list, dict, set)):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def flag_of(name: str) -> str:
+    """The command-line flag of a flat config field name, e.g. vqlc_beta -> --beta."""
+    for section in SECTIONS.values():
+        for f in fields(section):
+            if f.name == name:
+                return f.metadata.get("flag") or "--" + name.replace("_", "-")
+    return "--" + name.replace("_", "-")
+
+
+def _at_least(cfg, name: str, low) -> None:
+    value = getattr(cfg, name)
+    if value is not None and value < low:
+        raise RunError(f"{flag_of(name)} must be at least {low}, got {value}.")
+
+
+def _one_of(cfg, name: str, allowed) -> None:
+    value = getattr(cfg, name)
+    if value is not None and value not in allowed:
+        raise RunError(f"{flag_of(name)} must be one of {', '.join(allowed)}, got {value!r}.")
+
+
+@dataclass
+class DataConfig:
+    """Stage `texts`: which labelled texts, and how many."""
+
+    dataset: str = opt("mr", "dataset: mr, movies, bbc, or a .csv / .jsonl / .parquet file")
+    text_column: str = opt("text", "text column of a dataset file")
+    label_column: str = opt("label", "label column of a dataset file")
+    limit: int | None = opt(None, "use a seeded, stratified subset of this many texts (default: all)")
+
+    def __post_init__(self):
+        _at_least(self, "limit", 10)
+
+
+@dataclass
+class ExtractConfig:
+    """Stage `extract`: the model, the layer, and how token states become word and prediction rows.
+    The explainer and the faithfulness evaluation read the same settings."""
+
+    model: str = opt("minilm", "model: minilm, smollm2-135m, a Hugging Face name, a local directory or a .gguf file")
+    layer: int | None = opt(None, "layer l whose token states are used (default: the second-to-last)")
+    pooling: str | None = opt(None, "prediction representation (default: mean for MiniLM, last token for decoders)",
+                              choices=POOLINGS)
+    aggregation: str = opt("last", "which sub-word's state a word gets", choices=AGGREGATIONS)
+    max_length: int = opt(128, "tokens per text; longer texts are truncated")
+    dtype: str = opt("float32", "bfloat16 autocast is faster on CPUs with BF16", choices=DTYPES)
+    batch_size: int = opt(32, "texts per forward pass")
+    chunk_texts: int = opt(512, "texts per extraction chunk, the unit of resumption and of sharing out under "
+                                "torchrun: rank r takes chunks r, r+N, ...")
+    shard_rows: int = opt(65536, "rows per float16 shard of the store", cli=False)
+
+    def __post_init__(self):
+        _one_of(self, "pooling", POOLINGS)
+        _one_of(self, "aggregation", AGGREGATIONS)
+        _one_of(self, "dtype", DTYPES)
+        _at_least(self, "layer", 1)
+        _at_least(self, "max_length", 4)
+        for name in ("batch_size", "chunk_texts", "shard_rows"):
+            _at_least(self, name, 1)
+
+    @property
+    def autocast_dtype(self):
+        """torch.bfloat16 for bf16 autocast, else None."""
+        import torch
+
+        return torch.bfloat16 if self.dtype == "bfloat16" else None
+
+
+@dataclass
+class FitSetConfig:
+    """Stage `fitset`: the shared rows every method is fitted on (LACOAT's sampling)."""
+
+    max_per_word: int = opt(20, "fit set: at most this many rows per word type")
+    min_word_count: int = opt(5, "fit set: word types seen at least this often")
+    fit_max_rows: int = opt(10000, "fit set: at most this many rows in all (LACOAT's memory is 8*N^2 bytes)")
+
+    def __post_init__(self):
+        for name in ("max_per_word", "min_word_count", "fit_max_rows"):
+            _at_least(self, name, 1)
+
+
+@dataclass
+class MethodsConfig:
+    """The concept-method stages: which methods, K, and VQLC's own options."""
+
+    methods: tuple[str, ...] = opt(METHODS, "which concept methods", choices=METHODS)
+    n_concepts: int = opt(400, "number of concepts K for every method (as in the paper's lineage)")
+    vqlc_beta: float = opt(0.25, "VQLC commitment weight beta", flag="--beta")
+    vqlc_epochs: int | None = opt(None, "VQLC training epochs (default: enough for 1,000 steps)", flag="--epochs")
+    vqlc_fit_on: str = opt("fitset", "VQLC trains on the shared fit set or on all train rows", flag="--fit-on",
+                           choices=("fitset", "all"))
+
+    def __post_init__(self):
+        self.methods = tuple(self.methods)
+        if not self.methods:
+            raise RunError(f"--methods needs at least one of {', '.join(METHODS)}.")
+        for m in self.methods:
+            if m not in METHODS:
+                raise RunError(f"Unknown method {m!r}; choose from {', '.join(METHODS)}.")
+        _at_least(self, "n_concepts", 2)
+        _at_least(self, "vqlc_epochs", 1)
+        _one_of(self, "vqlc_fit_on", ("fitset", "all"))
+
+
+@dataclass
+class EvalConfig:
+    """Stage `evaluate`: the faithfulness table."""
+
+    faithfulness_texts: int = opt(400, "test texts in the faithfulness table")
+    ig_steps: int = opt(8, "Integrated Gradients steps for salient words")
+
+    def __post_init__(self):
+        _at_least(self, "faithfulness_texts", 1)
+        _at_least(self, "ig_steps", 1)
+
+
+# section name -> its dataclass, in stage order
+SECTIONS = {"data": DataConfig, "extract": ExtractConfig, "fitset": FitSetConfig, "methods": MethodsConfig,
+            "eval": EvalConfig}
 
 
 @dataclass
 class BuildConfig:
-    run: str = "default"  # run directory name under cache/runs/
-    model: str = "minilm"  # preset name, HF name, local directory or .gguf file
-    dataset: str = "mr"  # preset name (mr, movies, bbc) or a CSV / JSON-lines / parquet file
-    text_column: str = "text"
-    label_column: str = "label"
-    limit: int | None = None  # keep a seeded stratified subset of this many texts
-    layer: int | None = None  # None: the model's second-to-last layer
-    pooling: str | None = None  # None: the model family's default (mean for MiniLM, last for decoders)
-    aggregation: str = "last"  # sub-word -> word: last (the baselines' choice), first or mean
-    max_length: int = 128  # tokens per text; longer texts are truncated
-    batch_size: int = 32
-    chunk_texts: int = 512  # extraction's unit of resumption and of sharing out across torchrun ranks
-    dtype: str = "float32"  # float32 or bfloat16 (CPU autocast) for extraction and explanation
-    seed: int = 0
-    methods: tuple[str, ...] = METHODS
-    n_concepts: int = 400  # K, as in the paper's lineage
-    max_per_word: int = 20  # LACOAT fit set: at most this many rows per word type
-    min_word_count: int = 5  # ... and word types seen at least this often
-    fit_max_rows: int = 10000  # cap on the shared fit set (LACOAT's memory is 8*N^2 bytes)
-    vqlc_fit_on: str = "fitset"  # "fitset" (the comparison) or "all" train rows (VQLC streams)
-    vqlc_epochs: int | None = None  # None: the estimator's default
-    vqlc_beta: float = 0.25
-    faithfulness_texts: int = 400  # test texts for the faithfulness table
-    ig_steps: int = 8
-    cache_dir: Path = field(default_factory=lambda: Path("cache"))
+    """A whole build: the run's name and place, the seed, and one config per stage."""
+
+    run: str = opt("default", "run name, the folder under cache/runs/ (default: the preset's name); under torchrun "
+                              "write --run-name, as torchrun reads --run as its own --run-path")
+    seed: int = opt(0, "seed for splits, sampling and training")
+    cache_dir: Path = opt(Path("cache"), "where downloads, models and runs go (default: $VQLC_CACHE_DIR or cache)")
+    data: DataConfig = field(default_factory=DataConfig)
+    extract: ExtractConfig = field(default_factory=ExtractConfig)
+    fitset: FitSetConfig = field(default_factory=FitSetConfig)
+    methods: MethodsConfig = field(default_factory=MethodsConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
 
     def __post_init__(self):
-        self.methods = tuple(self.methods)
-        unknown = [m for m in self.methods if m not in METHODS]
-        if unknown:
-            raise RunError(f"Unknown method {unknown[0]!r}; choose from {', '.join(METHODS)}.")
-        if self.n_concepts < 2:
-            raise RunError(f"n_concepts must be at least 2, got {self.n_concepts}.")
-        if self.limit is not None and self.limit < 10:
-            raise RunError(f"limit must be at least 10 texts, got {self.limit}.")
-        if self.vqlc_fit_on not in ("fitset", "all"):
-            raise RunError(f"vqlc_fit_on must be 'fitset' or 'all', got {self.vqlc_fit_on!r}.")
-        if self.chunk_texts < 1:
-            raise RunError(f"chunk_texts must be at least 1, got {self.chunk_texts}.")
-        if self.max_length < 4:
-            raise RunError(f"max_length must be at least 4 tokens, got {self.max_length}.")
         self.cache_dir = Path(self.cache_dir)
 
     @property
     def run_dir(self) -> Path:
         return self.cache_dir / "runs" / self.run
 
+    def flat(self) -> dict:
+        """Every setting by its flat name (sections merged), as JSON values."""
+        d = self.to_json()
+        out = {k: v for k, v in d.items() if k not in SECTIONS}
+        for s in SECTIONS:
+            out.update(d[s])
+        return out
+
+    def replace(self, **flat) -> "BuildConfig":
+        """A copy with settings replaced by flat name."""
+        flat = dict(flat)
+        top = {f.name for f in fields(self) if f.name not in SECTIONS}
+        new = {k: flat.pop(k) for k in list(flat) if k in top}
+        for s, cls in SECTIONS.items():
+            names = {f.name for f in fields(cls)}
+            mine = {k: flat.pop(k) for k in list(flat) if k in names}
+            if mine:
+                new[s] = replace(getattr(self, s), **mine)
+        if flat:
+            raise RunError(f"Unknown setting {next(iter(flat))!r}.")
+        return replace(self, **new)
+
     def to_json(self) -> dict:
         d = asdict(self)
         d["cache_dir"] = str(self.cache_dir)
-        d["methods"] = list(self.methods)
+        d["methods"]["methods"] = list(self.methods.methods)
         return d
 
     @classmethod
     def from_json(cls, d: dict) -> "BuildConfig":
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
+        top = {f.name for f in fields(cls)} - set(SECTIONS)
+        kw = {k: v for k, v in d.items() if k in top}
+        for s, sec in SECTIONS.items():
+            names = {f.name for f in fields(sec)}
+            kw[s] = sec(**{k: v for k, v in d.get(s, {}).items() if k in names})
+        return cls(**kw)
+
+
+def field_default(section, name: str):
+    """The default of field `name` of a config dataclass (class or instance)."""
+    for f in fields(section):
+        if f.name == name:
+            return f.default if f.default is not MISSING else f.default_factory()
+    raise KeyError(name)
+
+
+def _preset(run: str, **flat) -> BuildConfig:
+    return BuildConfig(run=run).replace(**flat)
 
 
 PRESETS: dict[str, BuildConfig] = {
-    "default": BuildConfig(run="default", model="minilm", dataset="mr"),
+    "default": _preset("default", model="minilm", dataset="mr"),
     # Decoders run in bf16 autocast: on SmolLM2 its word rows have a mean cosine of 0.99997 to
     # fp32 ones (bench/extraction.py) at about twice the speed on CPUs with AVX-512 BF16.
-    "decoder": BuildConfig(run="decoder", model="smollm2-135m", dataset="mr", batch_size=16, dtype="bfloat16"),
-    "decoder-bbc": BuildConfig(run="decoder-bbc", model="smollm2-135m", dataset="bbc", max_length=128,
-                               batch_size=8, faithfulness_texts=200, dtype="bfloat16"),
+    "decoder": _preset("decoder", model="smollm2-135m", dataset="mr", batch_size=16, dtype="bfloat16"),
+    "decoder-bbc": _preset("decoder-bbc", model="smollm2-135m", dataset="bbc", max_length=128, batch_size=8,
+                           faithfulness_texts=200, dtype="bfloat16"),
 }
 
 
 def preset(name: str, **overrides) -> BuildConfig:
-    """The preset `name` with some fields replaced (None values are ignored)."""
+    """The preset `name` with some settings replaced by flat name (None values are ignored)."""
     if name not in PRESETS:
         raise RunError(f"Unknown preset '{name}'; choose one of {', '.join(PRESETS)}.")
-    base = PRESETS[name]
-    return replace(base, **{k: v for k, v in overrides.items() if v is not None})
+    return PRESETS[name].replace(**{k: v for k, v in overrides.items() if v is not None})

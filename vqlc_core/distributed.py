@@ -1,14 +1,17 @@
-"""Several processes under `torchrun`: the process group, this process's rank and device, and the
-collectives the rest of the code uses. Everything is read from torchrun's environment
-(WORLD_SIZE, RANK, LOCAL_RANK); in one process every collective is a no-op, chosen once.
+"""Several processes under `torchrun`: the process group, this process's rank and device, the
+collectives the rest of the code uses, and the two reductions training needs (streamed moments,
+summed gradients). Everything is read from torchrun's environment (WORLD_SIZE, RANK,
+LOCAL_RANK); in one process every collective is a no-op, chosen once.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 from datetime import timedelta
-from typing import Callable, NamedTuple
+from typing import Callable, Iterable, NamedTuple
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -91,3 +94,32 @@ def collectives() -> Collectives:
     if _active():
         return Collectives(dist.all_reduce, lambda t: dist.broadcast(t, src=0), _gather)
     return Collectives(_noop, _noop, lambda t: [t])
+
+
+def moments(batches: Iterable[torch.Tensor], dim: int, all_reduce: Callable[[torch.Tensor], None],
+            device: str = "cpu") -> tuple[np.ndarray, np.ndarray]:
+    """Per-dimension mean and variance (d,) of a stream of (B, d) batches, in one pass (float64).
+
+    Every rank reads the same stream; rank r sums batches r, r+N, ..., and the sums and the
+    count are then all-reduced, so every rank gets the moments of the whole stream."""
+    n, s, ss = 0, torch.zeros(dim, dtype=torch.float64), torch.zeros(dim, dtype=torch.float64)
+    for x in itertools.islice(batches, rank(), None, world()):
+        x = x.double()
+        n += len(x)
+        s += x.sum(0)
+        ss += x.pow(2).sum(0)
+    total = torch.cat([torch.tensor([float(n)], dtype=torch.float64), s, ss]).to(device)  # (1 + 2d,)
+    all_reduce(total)
+    n, s, ss = total.cpu()[0], total.cpu()[1 : 1 + dim], total.cpu()[1 + dim :]
+    mean = s / n
+    return mean.numpy(), (ss / n - mean.pow(2)).clamp_min(0.0).numpy()
+
+
+def all_reduce_grads_(params: list[torch.Tensor], all_reduce: Callable[[torch.Tensor], None]) -> None:
+    """Sum every gradient over the ranks in one all-reduce of a flat buffer (a parameter a rank
+    left without gradient counts as zero)."""
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    all_reduce(flat)
+    for p, g in zip(params, flat.split([p.numel() for p in params])):
+        p.grad = g.view_as(p)

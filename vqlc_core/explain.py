@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from .ablation import from_layer, orthonormal_basis, project_out
-from .backbone import _autocast, aggregate_words, capture
+from .backbone import AGGREGATIONS, _autocast, aggregate_words, capture
 
 SALIENT_MASS = 0.5  # salient words: the top words until this share of the total attribution
 TOP_CONCEPTS = 5
@@ -23,42 +23,9 @@ TOP_CONCEPTS = 5
 
 # --- small helpers ---------------------------------------------------------------------------
 
-def _softmax_rows(logits: np.ndarray) -> np.ndarray:
-    logits = logits - logits.max(1, keepdims=True)
-    p = np.exp(logits)
-    return (p / p.sum(1, keepdims=True)).astype(np.float32)
-
-
-def _distance_proba(X: np.ndarray, C: np.ndarray) -> np.ndarray:
-    """Softmax of -||x - c||² / t over the rows of C, with t the row's smallest squared distance
-    (the typical distance of a point to its concept, as K-Means uses): scale-free, one row at a
-    time, so a row's probabilities do not depend on the rest of the batch."""
-    X, C = np.asarray(X, dtype=np.float64), np.asarray(C, dtype=np.float64)
-    d2 = np.maximum((X * X).sum(1)[:, None] - 2.0 * X @ C.T + (C * C).sum(1)[None, :], 0.0)
-    t = np.maximum(d2.min(1, keepdims=True), 1e-12)
-    return _softmax_rows(-d2 / t)
-
-
-def concept_proba(method, X: np.ndarray, concepts=None) -> np.ndarray:
-    """(N, K) concept probabilities of raw layer-l vectors X (N, d) under a concept method.
-
-    The method's own `predict_proba` when it has one (K-Means, LACOAT). Otherwise (VQLC) a
-    softmax of negative squared distances from its encodings `transform(X)` to its code book
-    `codebook_`, and failing that from X to the concept set's hidden-space vectors; the
-    temperature is each row's smallest squared distance (see `_distance_proba`)."""
-    X = np.asarray(X, dtype=np.float32)
-    if hasattr(method, "predict_proba"):
-        try:
-            return np.asarray(method.predict_proba(X), dtype=np.float32)
-        except NotImplementedError:
-            pass
-    codes = getattr(method, "codebook_", None) if hasattr(method, "transform") else None
-    if codes is not None:
-        return _distance_proba(method.transform(X), codes)
-    if concepts is None:
-        raise ValueError(f"The method {getattr(method, 'name', method)!r} gives no concept probabilities; "
-                         "pass its concept set so distances to the concept vectors can be used.")
-    return _distance_proba(X, concepts.vectors)
+def concept_proba(method, X: np.ndarray) -> np.ndarray:
+    """(N, K) concept probabilities of raw layer-l vectors X (N, d) under a concept method."""
+    return np.asarray(method.predict_proba(np.asarray(X, dtype=np.float32)), dtype=np.float32)
 
 
 def layer_attributions(classifier, enc, layer: int, states: torch.Tensor, targets, steps: int = 8,
@@ -140,12 +107,17 @@ class _Pass:
 class Explainer:
     """Explains a classifier's predictions through the concepts of several methods.
 
-    methods: name -> (fitted concept method, its ConceptSet), all fitted at `layer`."""
+    methods: name -> (fitted concept method, its ConceptSet), all fitted at `layer`.
+    aggregation: how a word's sub-word states become its vector; must be the store's, so that
+        words are assigned concepts on vectors like those the concepts were fitted on."""
 
     def __init__(self, classifier, layer: int, methods: dict, ig_steps: int = 8, cache_size: int = 16,
-                 autocast_dtype=None):
+                 autocast_dtype=None, aggregation: str = "last"):
         if ig_steps < 1:
             raise ValueError(f"ig_steps must be at least 1, got {ig_steps}.")
+        if aggregation not in AGGREGATIONS:
+            raise ValueError(f"Unknown aggregation '{aggregation}'; choose one of {', '.join(AGGREGATIONS)}.")
+        self.aggregation = aggregation  # sub-word -> word, as the store was extracted
         self.classifier, self.backbone = classifier, classifier.backbone
         self.layer = self.backbone.check_layer(layer)
         self.methods = dict(methods)
@@ -171,6 +143,10 @@ class Explainer:
         """Token attributions (B, T) at layer l toward `targets` (see `layer_attributions`)."""
         with _autocast(self.autocast_dtype):
             return layer_attributions(self.classifier, enc, self.layer, states, targets, self.ig_steps, how)
+
+    def word_vectors(self, states: torch.Tensor, words) -> np.ndarray:
+        """One vector per word (W, d) from one text's layer-l states (T, d), aggregated as the store's."""
+        return aggregate_words(states, words, self.aggregation).numpy()
 
     def is_truncated(self, text: str) -> bool:
         n = len(self.backbone.tokenizer(text, truncation=False)["input_ids"]) + int(self.backbone.add_bos)
@@ -210,7 +186,7 @@ class Explainer:
         pred = int(np.argmax(p.proba))
         names = self.classifier.class_names
         h = p.states[0]  # (T, d)
-        word_vecs = aggregate_words(h, p.words, "last").numpy()
+        word_vecs = self.word_vectors(h, p.words)
         pooled = self.backbone.pool(p.states, p.enc["attention_mask"]).numpy()  # (1, d)
 
         scores = np.zeros(0)
@@ -222,7 +198,7 @@ class Explainer:
         methods, salient_concepts = {}, {i: {} for i in salient}
         for name, (method, concepts) in self.methods.items():
             ids = [int(k) for k in method.predict(word_vecs)] if p.words else []
-            proba = concept_proba(method, pooled, concepts)[0]
+            proba = concept_proba(method, pooled)[0]
             top = np.argsort(-proba, kind="stable")[:TOP_CONCEPTS]
             methods[name] = {
                 "word_concepts": ids,

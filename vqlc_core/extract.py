@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -27,34 +27,11 @@ import torch
 from tqdm.auto import tqdm
 
 from . import distributed
-from .backbone import AGGREGATIONS, Backbone, aggregate_words
+from .backbone import Backbone, aggregate_words
+from .config import ExtractConfig
 from .runio import (RunError, atomic_path, library_versions, read_json, read_npy, write_json, write_npy,
                     write_parquet)
 from .store import STORE_FILE, TOKEN_COLUMNS, ActivationStore, ShardWriter, finalize_store
-
-
-@dataclass
-class ExtractConfig:
-    layer: int
-    aggregation: str = "last"  # which sub-word's state a word gets: last (default), first, mean
-    pooling: str | None = None  # prediction representation; None = the model's default
-    batch_size: int = 32
-    chunk_texts: int = 512  # the unit of work and of resumption
-    shard_rows: int = 65536  # rows per float16 shard
-    dtype: str = "float32"  # or "bfloat16" (autocast on CPU)
-
-    def __post_init__(self):
-        if self.aggregation not in AGGREGATIONS:
-            raise RunError(f"Unknown aggregation '{self.aggregation}'; choose one of {', '.join(AGGREGATIONS)}.")
-        if self.dtype not in ("float32", "bfloat16"):
-            raise RunError(f"Unknown dtype '{self.dtype}'; choose float32 or bfloat16.")
-        for name in ("batch_size", "chunk_texts", "shard_rows"):
-            if getattr(self, name) < 1:
-                raise RunError(f"{name} must be at least 1, got {getattr(self, name)}.")
-
-    @property
-    def autocast_dtype(self):
-        return torch.bfloat16 if self.dtype == "bfloat16" else None
 
 
 def extract_texts(backbone: Backbone, texts: list[str], cfg: ExtractConfig):
@@ -142,6 +119,8 @@ def build_store(backbone: Backbone, texts: pd.DataFrame, cfg: ExtractConfig, out
     the one a single process writes. Resumes an interrupted extraction of the same configuration;
     `stop_after_chunks` stops early (as a kill would), for tests of resumption."""
     out = Path(out)
+    if cfg.layer is None:  # the second-to-last layer, as a build resolves it
+        cfg = replace(cfg, layer=max(1, backbone.n_layers - 1))
     backbone.check_layer(cfg.layer)
     if (out / STORE_FILE).exists():
         return ActivationStore(out)

@@ -60,8 +60,9 @@ def faithfulness(explainer: Explainer, texts: list[str], seed: int = 0, progress
 
         attr = explainer.attributions(enc, states, pred, salient)
         has_word = np.asarray([len(w) > 0 for w in words])
-        top_tok = [w[int(np.argmax(word_scores(attr[b], w)))].tokens[-1] if w else 0 for b, w in enumerate(words)]
-        top_vecs = states[torch.arange(B), torch.as_tensor(top_tok)].numpy()  # (B, d) last sub-word
+        top_word = [[w[int(np.argmax(word_scores(attr[b], w)))]] if w else [] for b, w in enumerate(words)]
+        top_vecs = np.stack([explainer.word_vectors(states[b], tw)[0] if tw else np.zeros(states.shape[-1], np.float32)
+                             for b, tw in enumerate(top_word)])  # (B, d), aggregated as the store's rows
 
         bases, keys = [], []
         for m, name in enumerate(names):

@@ -1,5 +1,5 @@
-"""Integrity of a run directory: which files each stage wrote, their sizes and sha256 digests
-recorded in the manifest when the stage completes, and the check that finds a stage whose files
+"""Integrity of a run directory: the sizes and sha256 digests of each stage's files (which files,
+the stage registry says) recorded in the manifest when the stage completes, and the check that finds a stage whose files
 went missing, were truncated or changed since (a hand-edited shard, a half-copied run).
 
 Sizes are checked on every load (cheap); digests when `deep` (the build does this before it
@@ -33,36 +33,11 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def stage_files(run_dir: Path, stage: str, methods: tuple[str, ...]) -> list[Path]:
-    """The files `stage` wrote under `run_dir` (relative paths, sorted); temporary files and a
-    method's training checkpoint are not part of a finished stage."""
+def record(run_dir: Path, files: list[Path]) -> dict:
+    """{relative path: {"bytes", "sha256"}} of a finished stage's `files` (paths relative to
+    `run_dir`, from the stage registry's globs), for its manifest entry."""
     run_dir = Path(run_dir)
-    if stage == "texts":
-        globs = ["texts.parquet"]
-    elif stage == "extract":
-        globs = ["store/store.json", "store/tokens.parquet", "store/vectors_*.npy"]
-    elif stage == "classifier":
-        globs = ["classifier/*"]
-    elif stage == "fitset":
-        globs = ["fitset.npy"]
-    elif stage in methods:
-        globs = [f"methods/{stage}/*.npy", f"methods/{stage}/*.json", f"methods/{stage}/summary.parquet",
-                 f"methods/{stage}/model/*"]
-    elif stage == "evaluate":
-        globs = ["eval/*"]
-    elif stage == "maps":
-        globs = [f"methods/{m}/map.parquet" for m in methods]
-    else:
-        return []
-    out = {p for g in globs for p in run_dir.glob(g) if p.is_file() and not p.name.endswith(".tmp")}
-    return sorted(p.relative_to(run_dir) for p in out)
-
-
-def record(run_dir: Path, stage: str, methods: tuple[str, ...]) -> dict:
-    """{relative path: {"bytes", "sha256"}} of the files `stage` wrote, for its manifest entry."""
-    run_dir = Path(run_dir)
-    return {str(rel): {"bytes": (run_dir / rel).stat().st_size, "sha256": sha256(run_dir / rel)}
-            for rel in stage_files(run_dir, stage, methods)}
+    return {str(rel): {"bytes": (run_dir / rel).stat().st_size, "sha256": sha256(run_dir / rel)} for rel in files}
 
 
 def problem(run_dir: Path, files: dict, deep: bool = True) -> str | None:

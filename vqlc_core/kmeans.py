@@ -5,12 +5,10 @@ the concepts. `KMeans` holds all of its fit rows in memory (the point of the com
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 from sklearn.cluster import KMeans, MiniBatchKMeans
 
-from .methods import ConceptMethod, load_method, save_method
+from .methods import ConceptMethod, softmax_neg_distances
 
 _CHUNK = 65536  # rows per distance block, so predicting a large X stays bounded in memory
 
@@ -34,14 +32,6 @@ def nearest_centroid(X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return ids, d2
 
 
-def softmax_neg_distances(X: np.ndarray, C: np.ndarray, temperature: float) -> np.ndarray:
-    """(N, K) softmax of -||x - c||² / temperature over the centroids."""
-    logits = -squared_distances(X, C).astype(np.float64) / temperature
-    logits -= logits.max(1, keepdims=True)
-    p = np.exp(logits)
-    return (p / p.sum(1, keepdims=True)).astype(np.float32)
-
-
 class KMeansConcepts(ConceptMethod):
     """K-Means concepts: `cluster_centers_` is the code book and `predict` returns the index of
     the closest centroid. `predict_proba` is a softmax of negative squared distances whose
@@ -50,6 +40,8 @@ class KMeansConcepts(ConceptMethod):
     minibatch: stream the fit rows through MiniBatchKMeans (`n_epochs` passes of `batch_size`
     rows, at least n_concepts per batch) instead of holding them all in memory.
     """
+
+    saved_names = ("kmeans", "minibatch-kmeans")
 
     def __init__(self, n_concepts: int = 400, minibatch: bool = False, batch_size: int = 4096,
                  n_epochs: int = 1, max_iter: int = 300, seed: int = 0):
@@ -64,30 +56,23 @@ class KMeansConcepts(ConceptMethod):
     def name(self) -> str:
         return "minibatch-kmeans" if self.minibatch else "kmeans"
 
-    def _params(self) -> dict:
-        return {"n_concepts": self.n_concepts, "minibatch": self.minibatch, "batch_size": self.batch_size,
-                "n_epochs": self.n_epochs, "max_iter": self.max_iter, "seed": self.seed}
-
-    def fit(self, store, rows: np.ndarray | None = None) -> "KMeansConcepts":
-        """Fit on the store's `rows` (all rows when None)."""
-        rows = np.arange(store.n_rows) if rows is None else np.sort(np.asarray(rows, dtype=np.int64))
-        self.check_n_rows(len(rows))
-        with self.measure_fit(len(rows)) as info:
-            if self.minibatch:
-                centers = self._fit_streamed(store, rows)
-                # The temperature comes from a bounded sample, so memory stays flat.
-                sample = np.random.default_rng(self.seed).choice(rows, size=min(len(rows), 20000), replace=False)
-                X = store.read(np.sort(sample))
-            else:
-                X = store.read(rows)  # (N, d): K-Means holds all of its fit rows
-                km = KMeans(n_clusters=self.n_concepts, init="k-means++", n_init=1, max_iter=self.max_iter,
-                            random_state=self.seed).fit(X)
-                centers = km.cluster_centers_
-                info["n_iter"] = int(km.n_iter_)
-            self.cluster_centers_ = np.asarray(centers, dtype=np.float32)
-            _, d2 = nearest_centroid(X, self.cluster_centers_)
-            self.temperature_ = float(max(np.median(d2), 1e-12))
-        return self
+    def _fit(self, store, rows: np.ndarray) -> dict:
+        info = {}
+        if self.minibatch:
+            centers = self._fit_streamed(store, rows)
+            # The temperature comes from a bounded sample, so memory stays flat.
+            sample = np.random.default_rng(self.seed).choice(rows, size=min(len(rows), 20000), replace=False)
+            X = store.read(np.sort(sample))
+        else:
+            X = store.read(rows)  # (N, d): K-Means holds all of its fit rows
+            km = KMeans(n_clusters=self.n_concepts, init="k-means++", n_init=1, max_iter=self.max_iter,
+                        random_state=self.seed).fit(X)
+            centers = km.cluster_centers_
+            info["n_iter"] = int(km.n_iter_)
+        self.cluster_centers_ = np.asarray(centers, dtype=np.float32)
+        _, d2 = nearest_centroid(X, self.cluster_centers_)
+        self.temperature_ = float(max(np.median(d2), 1e-12))
+        return info
 
     def _fit_streamed(self, store, rows: np.ndarray) -> np.ndarray:
         batch_size = max(self.batch_size, self.n_concepts)  # the first batch seeds all K centroids
@@ -113,18 +98,13 @@ class KMeansConcepts(ConceptMethod):
         self.check_fitted("cluster_centers_")
         return {"centroids": self.cluster_centers_}
 
-    def save(self, path: str | Path) -> None:
-        """Centroids as .npy and parameters as JSON in folder `path`."""
+    def _tensors(self) -> dict:
         self.check_fitted("cluster_centers_")
-        save_method(path, self.name, self._params(), {"centroids": self.cluster_centers_},
-                    {"temperature": self.temperature_, "fit_info": getattr(self, "fit_info_", {})})
+        return {"centroids": self.cluster_centers_}
 
-    @classmethod
-    def load(cls, path: str | Path) -> "KMeansConcepts":
-        """A fitted method from folder `path` (no scikit-learn object is rebuilt)."""
-        params, arrays, state = load_method(path, "kmeans", "minibatch-kmeans")
-        self = cls(**params)
-        self.cluster_centers_ = arrays["centroids"].astype(np.float32)
+    def _state(self) -> dict:
+        return {"temperature": self.temperature_}
+
+    def _restore(self, tensors: dict, state: dict) -> None:
+        self.cluster_centers_ = tensors["centroids"].numpy().astype(np.float32)
         self.temperature_ = float(state["temperature"])
-        self.fit_info_ = state.get("fit_info", {})
-        return self

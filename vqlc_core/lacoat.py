@@ -5,16 +5,16 @@ Its memory need (about 8·N² bytes of pairwise distances) is checked against a 
 
 from __future__ import annotations
 
+import inspect
 import math
 import time
-from pathlib import Path
 
 import numpy as np
 import psutil
 from sklearn.cluster import AgglomerativeClustering
 from sklearn.linear_model import LogisticRegression
 
-from .methods import ConceptMethod, load_method, save_method
+from .methods import ConceptMethod
 from .runio import RunError
 
 
@@ -123,8 +123,7 @@ class ConceptMapper:
                 "scaler_mean": self.mean_, "scaler_scale": self.scale_}
 
     def params(self) -> dict:
-        return {"n_concepts": self.n_concepts, "max_rows": self.max_rows, "max_iter": self.max_iter,
-                "tol": self.tol, "test_size": self.test_size, "seed": self.seed}
+        return {k: getattr(self, k) for k in inspect.signature(type(self).__init__).parameters if k != "self"}
 
     @classmethod
     def from_arrays(cls, params: dict, arrays: dict[str, np.ndarray], accuracy: dict) -> "ConceptMapper":
@@ -154,10 +153,6 @@ class LACOAT(ConceptMethod):
         self.mapper_max_iter = mapper_max_iter
         self.seed = seed
 
-    def _params(self) -> dict:
-        return {"n_concepts": self.n_concepts, "memory_budget_bytes": self.memory_budget_bytes,
-                "mapper_max_rows": self.mapper_max_rows, "mapper_max_iter": self.mapper_max_iter, "seed": self.seed}
-
     def check_budget(self, n_rows: int, dim: int) -> None:
         """Raise MemoryBudgetError when clustering `n_rows` rows would exceed the budget."""
         budget = self.memory_budget_bytes
@@ -172,24 +167,24 @@ class LACOAT(ConceptMethod):
             )
 
     def fit(self, store, rows: np.ndarray | None = None) -> "LACOAT":
-        """Cluster the store's `rows` (LACOAT's fit set; all rows when None), then train the mapper."""
-        rows = np.arange(store.n_rows) if rows is None else np.unique(np.asarray(rows, dtype=np.int64))
+        """Cluster the store's `rows` (LACOAT's fit set; all rows when None), then train the
+        mapper; refuses first when the pairwise distances would not fit in memory."""
         if self.n_concepts < 2:
-            raise RunError("LACOAT needs n_concepts of at least 2.")
-        self.check_n_rows(len(rows))
-        self.check_budget(len(rows), store.dim)
-        with self.measure_fit(len(rows)) as info:
-            X = store.read(rows)
-            t0 = time.perf_counter()
-            ward = AgglomerativeClustering(n_clusters=self.n_concepts, linkage="ward").fit(X)
-            info["cluster_time_s"] = round(time.perf_counter() - t0, 4)
-            self.fit_rows_ = rows
-            self.labels_ = ward.labels_.astype(np.int64)
-            self.mapper_ = ConceptMapper(self.n_concepts, max_rows=self.mapper_max_rows,
-                                         max_iter=self.mapper_max_iter, seed=self.seed).fit(X, self.labels_)
-            info["mapper_accuracy"] = self.mapper_.accuracy_
-            info["mapper"] = self.mapper_.train_info_
-        return self
+            raise RunError("LACOAT needs --n-concepts of at least 2.")
+        n = store.n_rows if rows is None else len(np.unique(np.asarray(rows, dtype=np.int64)))
+        self.check_budget(n, store.dim)
+        return super().fit(store, rows)
+
+    def _fit(self, store, rows: np.ndarray) -> dict:
+        X = store.read(rows)
+        t0 = time.perf_counter()
+        ward = AgglomerativeClustering(n_clusters=self.n_concepts, linkage="ward").fit(X)
+        info = {"cluster_time_s": round(time.perf_counter() - t0, 4)}
+        self.fit_rows_ = rows
+        self.labels_ = ward.labels_.astype(np.int64)
+        self.mapper_ = ConceptMapper(self.n_concepts, max_rows=self.mapper_max_rows,
+                                     max_iter=self.mapper_max_iter, seed=self.seed).fit(X, self.labels_)
+        return {**info, "mapper_accuracy": self.mapper_.accuracy_, "mapper": self.mapper_.train_info_}
 
     def predict(self, X) -> np.ndarray:
         """Cluster id of every row of X (N, d), given by the ConceptMapper."""
@@ -215,21 +210,15 @@ class LACOAT(ConceptMethod):
         self.check_fitted("labels_")
         return {"fit_rows": self.fit_rows_}
 
-    def save(self, path: str | Path) -> None:
-        """Fit rows, their labels and the mapper's arrays as .npy; parameters as JSON."""
+    def _tensors(self) -> dict:
         self.check_fitted("labels_")
-        arrays = {"fit_rows": self.fit_rows_, "labels": self.labels_, **self.mapper_.arrays()}
-        save_method(path, self.name, self._params(), arrays,
-                    {"mapper": self.mapper_.params(), "mapper_accuracy": self.mapper_.accuracy_,
-                     "fit_info": getattr(self, "fit_info_", {})})
+        return {"fit_rows": self.fit_rows_, "labels": self.labels_, **self.mapper_.arrays()}
 
-    @classmethod
-    def load(cls, path: str | Path) -> "LACOAT":
-        """A fitted method from folder `path`."""
-        params, arrays, state = load_method(path, "lacoat")
-        self = cls(**params)
+    def _state(self) -> dict:
+        return {"mapper": self.mapper_.params(), "mapper_accuracy": self.mapper_.accuracy_}
+
+    def _restore(self, tensors: dict, state: dict) -> None:
+        arrays = {k: v.numpy() for k, v in tensors.items()}
         self.fit_rows_ = arrays["fit_rows"].astype(np.int64)
         self.labels_ = arrays["labels"].astype(np.int64)
         self.mapper_ = ConceptMapper.from_arrays(state["mapper"], arrays, state["mapper_accuracy"])
-        self.fit_info_ = state.get("fit_info", {})
-        return self

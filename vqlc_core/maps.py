@@ -25,6 +25,13 @@ def embed_2d(vectors: np.ndarray, seed: int = 0) -> np.ndarray:
     return reducer.fit_transform(vectors).astype(np.float32)
 
 
+def marker_size(sizes) -> np.ndarray:
+    """Marker sizes for concepts of these member counts. Sizes span four orders of magnitude: a
+    square-root scale with a floor keeps every point visible and clickable (an empty or
+    one-member concept gets 3) while the big concepts still stand out."""
+    return np.sqrt(np.clip(np.asarray(sizes, dtype=np.float64), 1, None)) + 2
+
+
 def concept_map(cs, seed: int = 0) -> pd.DataFrame:
     """One row per non-empty concept: x, y, size, dominant class, purity and top words."""
     s = cs.summary

@@ -1,25 +1,34 @@
-"""The one estimator interface shared by every concept method (VQLC, K-Means, LACOAT).
-
-A method fits on rows of an activation store, maps (N, d) vectors to concept ids, records its
-fit time and peak memory in `fit_info_`, and saves itself as .npy arrays plus JSON (no pickle).
+"""The concept methods: their registry (the one list of methods) and the one estimator
+interface they share. A method fits on rows of an activation store, maps (N, d) vectors to
+concept ids, measures its fit time and peak memory here, and saves itself as safetensors + JSON.
 """
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import resource
 import sys
 import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import psutil
 
-from .runio import RunError, read_json, read_npy, write_json, write_npy
+from .runio import RunError, read_json, read_safetensors, write_json, write_safetensors
 
+# The registry: every concept method, by name, as "module:class" (imported on first use).
+# Adding a method is one module with a ConceptMethod subclass plus one line here.
+REGISTRY: dict[str, str] = {
+    "vqlc": "vqlc_core.vqlc:VQLC",
+    "kmeans": "vqlc_core.kmeans:KMeansConcepts",
+    "lacoat": "vqlc_core.lacoat:LACOAT",
+}
+METHODS = tuple(REGISTRY)
 METHOD_FILE = "method.json"
+WEIGHTS_FILE = "method.safetensors"
+FORMAT_VERSION = 2
 
 
 def _rss_bytes() -> int:
@@ -91,37 +100,72 @@ def _hwm_bytes() -> int:
     return 0
 
 
-def save_method(path: str | Path, name: str, params: dict, arrays: dict[str, np.ndarray], state: dict) -> None:
-    """Write a fitted method to folder `path`: one .npy per array, then `method.json` last."""
-    path = Path(path)
-    for key, arr in arrays.items():
-        write_npy(path / f"{key}.npy", np.asarray(arr))
-    write_json(path / METHOD_FILE, {"method": name, "params": params, "arrays": sorted(arrays), "state": state})
+def method_class(name: str) -> type["ConceptMethod"]:
+    """The ConceptMethod subclass registered as `name`."""
+    if name not in REGISTRY:
+        raise RunError(f"Unknown concept method '{name}'; choose one of {', '.join(REGISTRY)}.")
+    module, cls = REGISTRY[name].split(":")
+    return getattr(importlib.import_module(module), cls)
 
 
-def load_method(path: str | Path, *names: str) -> tuple[dict, dict[str, np.ndarray], dict]:
-    """Read what `save_method` wrote: (params, arrays, state); checks the method is one of `names`."""
-    path = Path(path)
-    if not (path / METHOD_FILE).exists():
-        raise RunError(f"No fitted {names[0]} method in {path}; rebuild this method's stage.")
-    meta = read_json(path / METHOD_FILE)
-    if meta.get("method") not in names:
-        want = " or ".join(repr(n) for n in names)
-        raise RunError(f"The method saved in {path} is {meta.get('method')!r}, expected {want}; "
-                       "load it with its own class or rebuild this method's stage.")
-    arrays = {key: read_npy(path / f"{key}.npy") for key in meta["arrays"]}
-    return meta["params"], arrays, meta.get("state", {})
+def softmax_neg_distances(X: np.ndarray, C: np.ndarray, temperature: float | np.ndarray | None = None) -> np.ndarray:
+    """(N, K) softmax of -||x - c||² / t over the rows of C. With no temperature, t is each row's
+    smallest squared distance (the typical distance of a point to its concept): scale-free and
+    one row at a time, so a row's probabilities do not depend on the rest of the batch."""
+    X, C = np.asarray(X, dtype=np.float64), np.asarray(C, dtype=np.float64)
+    d2 = np.maximum((X * X).sum(1)[:, None] - 2.0 * X @ C.T + (C * C).sum(1)[None, :], 0.0)  # (N, K)
+    t = np.maximum(d2.min(1, keepdims=True), 1e-12) if temperature is None else temperature
+    logits = -d2 / t
+    logits -= logits.max(1, keepdims=True)
+    p = np.exp(logits)
+    return (p / p.sum(1, keepdims=True)).astype(np.float32)
 
 
 class ConceptMethod:
-    """Base class of the concept methods: scikit-learn conventions (`__init__` stores
-    parameters, `fit` returns self, fitted state ends in `_`)."""
+    """Base class of the concept methods, with scikit-learn conventions: `__init__` only stores
+    its parameters (so `get_params` reads them from its signature), `fit` returns self, fitted
+    state ends in `_`.
+
+    A subclass implements `_fit(store, rows) -> dict` (extra entries for `fit_info_`),
+    `predict`, `predict_proba`, and `_tensors() / _restore(tensors, state)` for save and load;
+    `transform` (the space where concepts are assigned) is the raw space unless overridden.
+    `from_config` builds an estimator from the build's MethodsConfig; `config_keys` names the
+    MethodsConfig fields besides n_concepts that shape the method (the build's resume guard).
+    """
 
     name: str = "base"
+    saved_names: tuple[str, ...] = ()  # the names `load` accepts, when not just `name`
+    config_keys: tuple[str, ...] = ()
     n_concepts: int
 
+    # --- construction ------------------------------------------------------------------------
+    @classmethod
+    def from_config(cls, mcfg, seed: int, workdir: Path) -> "ConceptMethod":
+        """A fresh estimator with the build's parameters; `workdir` is its folder in the run."""
+        return cls(n_concepts=mcfg.n_concepts, seed=seed)
+
+    @classmethod
+    def fit_rows(cls, mcfg, store, fitset: np.ndarray) -> np.ndarray:
+        """The store rows a build fits this method on: the shared fit set unless overridden."""
+        return fitset
+
+    def get_params(self) -> dict:
+        """The constructor's parameters, as stored."""
+        return {k: getattr(self, k) for k in inspect.signature(type(self).__init__).parameters if k != "self"}
+
+    # --- fit and predict --------------------------------------------------------------------
     def fit(self, store, rows: np.ndarray | None = None) -> "ConceptMethod":
-        """Fit on the store's `rows` (all rows when None)."""
+        """Fit on the store's `rows` (all rows when None); fit time and peak memory go to `fit_info_`."""
+        rows = np.arange(store.n_rows) if rows is None else np.unique(np.asarray(rows, dtype=np.int64))
+        self.check_n_rows(len(rows))
+        t0 = time.perf_counter()
+        with PeakMemory() as mem:
+            extra = self._fit(store, rows) or {}
+        self.fit_info_ = {"fit_time_s": round(time.perf_counter() - t0, 4), "peak_rss_mb": round(mem.peak_mb, 2),
+                          "peak_rss_upper_mb": round(mem.upper_mb, 2), "n_fit_rows": int(len(rows)), **extra}
+        return self
+
+    def _fit(self, store, rows: np.ndarray) -> dict:
         raise NotImplementedError
 
     def predict(self, X) -> np.ndarray:
@@ -130,24 +174,76 @@ class ConceptMethod:
 
     def predict_proba(self, X) -> np.ndarray:
         """(N, n_concepts) probabilities of each concept for every row of X."""
-        raise NotImplementedError(f"The {self.name} method gives no concept probabilities.")
+        raise NotImplementedError
+
+    def transform(self, X) -> np.ndarray:
+        """The vectors this method compares with its concepts: raw store vectors by default."""
+        return np.asarray(X, dtype=np.float32)
 
     def predict_store(self, store, batch_size: int = 8192) -> np.ndarray:
         """Concept id of every store row, in row order, streamed in batches."""
         parts = [self.predict(x.numpy()) for x in store.iter_batches(batch_size, shuffle=False)]
         return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
 
+    def score_store(self, store, rows: np.ndarray | None = None, batch_size: int = 8192) -> dict:
+        """Streamed measures over store rows: concept perplexity and dead concepts."""
+        from .metrics import perplexity_from_counts
+
+        counts = np.zeros(self.n_concepts, dtype=np.int64)
+        for x in store.iter_batches(batch_size, shuffle=False, rows=rows):
+            counts += np.bincount(self.predict(x.numpy()), minlength=self.n_concepts)[: self.n_concepts]
+        return {"perplexity": perplexity_from_counts(counts), "dead_codes": int((counts == 0).sum())}
+
     def concept_extra(self) -> dict[str, np.ndarray]:
         """Method-specific arrays for the concept set (none by default)."""
         return {}
 
-    def save(self, path: str | Path) -> None:
+    # --- save and load: safetensors + JSON, one format for every method -----------------------
+    def _tensors(self) -> dict:
+        """The fitted state as named arrays or tensors."""
         raise NotImplementedError
+
+    def _state(self) -> dict:
+        """The fitted state that is not an array (JSON)."""
+        return {}
+
+    def _restore(self, tensors: dict, state: dict) -> None:
+        raise NotImplementedError
+
+    def save(self, path: str | Path) -> None:
+        """Write `method.safetensors` (fitted arrays) and then `method.json` into folder `path`."""
+        import torch
+
+        path = Path(path)
+        tensors = {k: v if isinstance(v, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(v))
+                   for k, v in self._tensors().items()}
+        write_safetensors(path / WEIGHTS_FILE, tensors)
+        write_json(path / METHOD_FILE, {"method": self.name, "format_version": FORMAT_VERSION,
+                                        "params": self.get_params(),
+                                        "state": {**self._state(), "fit_info": getattr(self, "fit_info_", {})}})
 
     @classmethod
     def load(cls, path: str | Path) -> "ConceptMethod":
-        raise NotImplementedError
+        """A fitted method from a folder written by `save`."""
+        path = Path(path)
+        if not (path / METHOD_FILE).exists():
+            raise RunError(f"No fitted {cls.name} method in {path}; rebuild this method's stage.")
+        meta = read_json(path / METHOD_FILE)
+        if meta.get("format_version") != FORMAT_VERSION:
+            raise RunError(f"The method in {path} has format {meta.get('format_version')}, expected "
+                           f"{FORMAT_VERSION}; rebuild this method's stage.")
+        names = cls.saved_names or (cls.name,)
+        if meta.get("method") not in names:
+            raise RunError(f"The method saved in {path} is {meta.get('method')!r}, expected "
+                           f"{' or '.join(repr(n) for n in names)}; load it with its own class or rebuild this "
+                           "method's stage.")
+        self = cls(**meta["params"])
+        state = dict(meta.get("state", {}))
+        self.fit_info_ = state.pop("fit_info", {})
+        self._restore(read_safetensors(path / WEIGHTS_FILE), state)
+        return self
 
+    # --- checks ---------------------------------------------------------------------------
     def check_fitted(self, attr: str) -> None:
         """Raise a clear RunError unless fitted attribute `attr` exists."""
         if getattr(self, attr, None) is None:
@@ -157,16 +253,4 @@ class ConceptMethod:
         """Raise a clear RunError when there are fewer rows to fit than concepts to find."""
         if n_rows < self.n_concepts:
             raise RunError(f"The {self.name} method cannot find {self.n_concepts} concepts in {n_rows} rows; "
-                           "lower n_concepts or fit on more rows.")
-
-    @contextmanager
-    def measure_fit(self, n_fit_rows: int) -> Iterator[dict]:
-        """Time the block and measure its peak memory into `fit_info_` (PeakMemory's
-        peak RSS growth as `peak_rss_mb`, its getrusage upper bound as `peak_rss_upper_mb`).
-        The yielded dict is merged in, for method-specific entries."""
-        extra: dict = {}
-        t0 = time.perf_counter()
-        with PeakMemory() as mem:
-            yield extra
-        self.fit_info_ = {"fit_time_s": round(time.perf_counter() - t0, 4), "peak_rss_mb": round(mem.peak_mb, 2),
-                          "peak_rss_upper_mb": round(mem.upper_mb, 2), "n_fit_rows": int(n_fit_rows), **extra}
+                           "lower --n-concepts or fit on more rows.")

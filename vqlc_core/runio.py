@@ -1,4 +1,4 @@
-"""Atomic file writes and the run manifest.
+"""Atomic file writes, safe run names and the one error type a user sees.
 
 Every file a build produces is written under a temporary name in the same folder and then
 renamed, so a half-written file is never taken for a finished one. Nothing here unpickles:
@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +23,18 @@ FORMAT_VERSION = 1
 
 class RunError(Exception):
     """A mistake a user can make or a run directory that does not match: one clear sentence."""
+
+
+RUN_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def check_run_name(name) -> str:
+    """`name` when it is a safe run name (one folder name of letters, digits, '.', '_' and '-',
+    not '.' or '..'); otherwise a RunError, so no command can write or delete outside its run."""
+    if not isinstance(name, str) or not RUN_NAME.fullmatch(name) or name in (".", ".."):
+        raise RunError(f"Run name {name!r} is not allowed: use one folder name made of letters, digits, "
+                       "'.', '_' and '-' (not '.' or '..').")
+    return name
 
 
 class CorruptStage(RunError):
@@ -116,43 +129,3 @@ def _json_default(o: Any) -> Any:
     if isinstance(o, Path):
         return str(o)
     raise TypeError(f"cannot write {type(o).__name__} to JSON")
-
-
-class Manifest:
-    """The run's manifest.json: configuration, versions and the state of each stage.
-
-    A stage is recorded as complete only after all of its files were renamed into place,
-    so a rerun skips exactly the stages that finished.
-    """
-
-    def __init__(self, run_dir: str | os.PathLike):
-        self.run_dir = Path(run_dir)
-        self.path = self.run_dir / "manifest.json"
-        self.data: dict = read_json(self.path) if self.path.exists() else {
-            "format_version": FORMAT_VERSION,
-            "versions": library_versions(),
-            "config": {},
-            "stages": {},
-        }
-
-    def check_version(self) -> None:
-        got = self.data.get("format_version")
-        if got != FORMAT_VERSION:
-            raise RunError(
-                f"Run '{self.run_dir.name}' was written by another vqlc format: expected "
-                f"format {FORMAT_VERSION}, got {got}; rebuild it with `python -m vqlc_core build`."
-            )
-
-    def is_complete(self, stage: str) -> bool:
-        return self.data["stages"].get(stage, {}).get("state") == "complete"
-
-    def complete(self, stage: str, **info: Any) -> None:
-        self.data["stages"][stage] = {"state": "complete", **info}
-        self.save()
-
-    def invalidate(self, stage: str) -> None:
-        self.data["stages"].pop(stage, None)
-        self.save()
-
-    def save(self) -> None:
-        write_json(self.path, self.data)

@@ -1,22 +1,52 @@
 """The tensor math of VQLC: residual encoder, EMA codebook, residual decoder and the model
-that joins them. Codebook state lives in buffers so `state_dict` carries all of it; the
-estimator that trains these modules from a store is in `vqlc.py`.
+that joins them. Codebook state and the input normalisation live in buffers, so `state_dict`
+carries all of it; the estimator that trains these modules from a store is in `vqlc.py`.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .distributed import collectives
 
+NORMALIZE = ("none", "standard", "center_rms")
+
 
 def squared_distances(z: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
     """Squared Euclidean distances between rows of z (B, dz) and codes (K, dz): (B, K)."""
     d = z.pow(2).sum(1, keepdim=True) - 2.0 * z @ codes.t() + codes.pow(2).sum(1)[None, :]
     return d.clamp_min_(0.0)
+
+
+def normalization(mean: np.ndarray, var: np.ndarray, how: str = "center_rms") -> tuple[np.ndarray, np.ndarray]:
+    """Mean and scale (d,) float32 for `VQModel.set_normalization_`, from per-dimension moments.
+
+    'center_rms' subtracts the mean and divides by one global RMS, sqrt(mean(var)); 'standard'
+    divides every dimension by its own std (1 where it is ~0); 'none' is the identity.
+    center_rms was chosen by measurement (bench/normalization.py, K = 400 on the default fit
+    sets): on MiniLM it gives dev R² 0.387 against 0.362 for 'standard' at equal perplexity; on
+    SmolLM2 R² 0.324 against 0.309 and perplexity 118 against 103, with the largest concept
+    holding 3.7% of rows against 6.3%. Per-dimension scaling blows up the many low-variance
+    dimensions and lets them dominate distances; one global scale keeps the geometry of the
+    model's space (its huge-valued dimensions mostly sit on the BOS position, which is never a
+    row) while making the loss scale-free across models.
+    """
+    if how not in NORMALIZE:
+        raise ValueError(f"normalize must be one of {', '.join(NORMALIZE)}, got {how!r}.")
+    if how == "none":
+        return np.zeros(len(mean), np.float32), np.ones(len(mean), np.float32)
+    if how == "standard":
+        std = np.sqrt(var)
+        scale = np.where(std > 1e-8, std, 1.0)
+    else:
+        scale = np.full(len(mean), max(math.sqrt(var.mean()), 1e-8))
+    return mean.astype(np.float32), scale.astype(np.float32)
 
 
 def farthest_first(x: torch.Tensor, k: int, seed: int = 0) -> torch.Tensor:
@@ -185,18 +215,40 @@ class VQOutput:
 
 
 class VQModel(nn.Module):
-    """Encoder -> EMA codebook -> decoder; loss = MSE(recon, h) + beta·||z - sg(e)||²."""
+    """Encoder -> EMA codebook -> decoder; loss = MSE(recon, h) + beta·||z - sg(e)||².
+
+    `forward` works in the normalised space h = (x - norm_mean) / norm_scale; `normalize` and
+    `denormalize` map raw vectors x into it and reconstructions back. The buffers `norm_mean` and
+    `norm_scale` (d,) start as zeros and ones (the identity) and are set by `set_normalization_`.
+    """
 
     def __init__(self, dim: int, n_codes: int = 400, code_dim: int | None = None, hidden: int = 256,
                  beta: float = 0.25, decay: float = 0.99, eps: float = 1e-5, dead_threshold: float = 0.1):
         super().__init__()
         code_dim = dim if code_dim is None else code_dim
         self.beta = beta
+        self.register_buffer("norm_mean", torch.zeros(dim))
+        self.register_buffer("norm_scale", torch.ones(dim))
         self.encoder = ResidualEncoder(dim, code_dim, hidden)
         self.codebook = EMACodebook(n_codes, code_dim, decay, eps, dead_threshold)
         self.decoder = ResidualDecoder(code_dim, dim, hidden)
 
+    @torch.no_grad()
+    def set_normalization_(self, mean, scale) -> None:
+        """Store the per-dimension mean and scale (d,) that `normalize` applies."""
+        self.norm_mean.copy_(torch.as_tensor(mean, dtype=self.norm_mean.dtype))
+        self.norm_scale.copy_(torch.as_tensor(scale, dtype=self.norm_scale.dtype))
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        """Raw vectors x (B, d) into the space the model trains in: (x - mean) / scale."""
+        return (x - self.norm_mean) / self.norm_scale  # (B, d)
+
+    def denormalize(self, h: torch.Tensor) -> torch.Tensor:
+        """Normalised vectors h (B, d) back into the raw space: h · scale + mean."""
+        return h * self.norm_scale + self.norm_mean  # (B, d)
+
     def forward(self, h: torch.Tensor) -> VQOutput:
+        """One pass over normalised vectors h (B, d); see `normalize` for raw ones."""
         z = self.encoder(h)  # (B, dz)
         quantized, idx, dists = self.codebook(z)
         recon = self.decoder(quantized)  # (B, d)

@@ -1,77 +1,26 @@
 """VQLC, the estimator: trains a `VQModel` on mini-batches streamed from an activation store,
-so memory does not grow with the number of rows, and maps raw store vectors to codes.
-Checkpoints are safetensors plus JSON (never pickle); a killed fit resumes where it stopped.
-Under torchrun every rank trains the same model on its slice of each global batch (see `fit`).
+so memory does not grow with the number of rows, and maps raw store vectors to codes. The
+normalisation lives in the model's buffers; a checkpoint is written after every epoch
+(`checkpoint.py`) and a killed fit resumes where it stopped. Under torchrun every rank trains
+the same model on its slice of each global batch (see `_fit`).
 """
 
 from __future__ import annotations
 
-import itertools
-import json
 import math
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from . import distributed
-from .methods import ConceptMethod
+from . import checkpoint, distributed
+from .methods import ConceptMethod, softmax_neg_distances
 from .metrics import R2Accumulator, perplexity_from_counts
-from .runio import RunError, read_safetensors, write_json, write_safetensors
-from .vq import VQModel, farthest_first
+from .vq import NORMALIZE, VQModel, farthest_first, normalization
 
-WEIGHTS_FILE = "vqlc.safetensors"
-META_FILE = "vqlc.json"
-FORMAT_VERSION = 1
-NORMALIZE = ("none", "standard", "center_rms")
 # Parameters that may change between a killed fit and its resume without changing the result.
 _RESUMABLE = ("epochs", "progress", "checkpoint_dir", "device")
-
-
-def _moments(store, rows, batch_size: int, all_reduce, device: str = "cpu") -> tuple[np.ndarray, np.ndarray]:
-    """Per-dimension mean and variance of the selected rows, in one streamed pass (float64).
-
-    Rank r sums batches r, r+N, ...; the sums and the count are then all-reduced."""
-    n, s, ss = 0, torch.zeros(store.dim, dtype=torch.float64), torch.zeros(store.dim, dtype=torch.float64)
-    batches = store.iter_batches(batch_size, shuffle=False, rows=rows)
-    for x in itertools.islice(batches, distributed.rank(), None, distributed.world()):
-        x = x.double()
-        n += len(x)
-        s += x.sum(0)
-        ss += x.pow(2).sum(0)
-    total = torch.cat([torch.tensor([float(n)], dtype=torch.float64), s, ss]).to(device)  # (1 + 2d,)
-    all_reduce(total)
-    n, s, ss = total.cpu()[0], total.cpu()[1 : 1 + store.dim], total.cpu()[1 + store.dim :]
-    mean = s / n
-    return mean.numpy(), (ss / n - mean.pow(2)).clamp_min(0.0).numpy()
-
-
-def _all_reduce_grads_(params: list[torch.Tensor], all_reduce) -> None:
-    """Sum every gradient over the ranks in one all-reduce of a flat buffer (a parameter a rank
-    left without gradient counts as zero)."""
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    all_reduce(flat)
-    for p, g in zip(params, flat.split([p.numel() for p in params])):
-        p.grad = g.view_as(p)
-
-
-def _noop(*args) -> None:
-    return None
-
-
-def _read_meta(path: Path) -> dict:
-    """The metadata stored inside a vqlc.safetensors file (it is written in one atomic rename
-    with the tensors, so the two can never disagree)."""
-    from safetensors import safe_open
-
-    with safe_open(str(path), framework="pt") as f:
-        meta = (f.metadata() or {}).get("vqlc")
-    if meta is None:
-        raise RunError(f"{path} holds no VQLC metadata; it was not written by VQLC.save.")
-    return json.loads(meta)
 
 
 class VQLC(ConceptMethod):
@@ -83,22 +32,17 @@ class VQLC(ConceptMethod):
         share under uniform use (batch_size / n_concepts).
     hidden: width of the encoder's and decoder's non-linear branch.
     init_sample: at most this many rows seed the codebook by farthest-first traversal.
-    normalize: 'center_rms' (default: subtract the mean, divide by one global RMS), 'standard'
-        (per-dimension mean and std) or 'none'; statistics come from one streamed pass over the
-        fit rows, and transform / predict apply them, so callers pass raw store rows.
-        Chosen by measurement (bench/normalization.py, K = 400 on the default fit sets): on
-        MiniLM it gives dev R² 0.387 against 0.362 for 'standard' at equal perplexity; on
-        SmolLM2 R² 0.324 against 0.309 and perplexity 118 against 103, with the largest concept
-        holding 3.7% of rows against 6.3%. Per-dimension scaling blows up the many
-        low-variance dimensions and lets them dominate distances; one global scale keeps the
-        geometry of the model's space (its huge-valued dimensions mostly sit on the BOS
-        position, which is never a row) while making the loss scale-free across models.
+    normalize: 'center_rms' (default: subtract the mean, divide by one global RMS; chosen by
+        measurement, see `vq.normalization`), 'standard' (per-dimension mean and std) or 'none';
+        statistics come from one streamed pass over the fit rows into the model's buffers, and
+        transform / predict apply them, so callers pass raw store rows.
     epochs: passes over the fit rows; None (default) picks enough for `min_steps` optimiser
         steps, so small fit sets train long enough and large stores take one pass.
     checkpoint_dir: when set, a checkpoint is written after every epoch and fit resumes from it.
     """
 
     name = "vqlc"
+    config_keys = ("vqlc_beta", "vqlc_epochs", "vqlc_fit_on")
 
     def __init__(self, n_concepts: int = 400, beta: float = 0.25, decay: float = 0.99, eps: float = 1e-5,
                  dead_threshold: float = 0.05, epochs: int | None = None, batch_size: int = 256, lr: float = 1e-3,
@@ -111,7 +55,6 @@ class VQLC(ConceptMethod):
         self.eps = eps
         self.dead_threshold = dead_threshold
         self.epochs = epochs
-        self.min_steps = min_steps
         self.batch_size = batch_size
         self.lr = lr
         self.hidden = hidden
@@ -121,13 +64,22 @@ class VQLC(ConceptMethod):
         self.checkpoint_dir = checkpoint_dir
         self.device = device
         self.progress = progress
+        self.min_steps = min_steps
 
-    # ---- parameters -------------------------------------------------------------------
+    # ---- construction and parameters ----------------------------------------------------
 
-    def get_params(self) -> dict:
-        return {k: getattr(self, k) for k in (
-            "n_concepts", "beta", "decay", "eps", "dead_threshold", "epochs", "min_steps", "batch_size", "lr", "hidden",
-            "init_sample", "normalize", "seed", "checkpoint_dir", "device", "progress")}
+    @classmethod
+    def from_config(cls, mcfg, seed: int, workdir: Path) -> "VQLC":
+        """VQLC with the build's K, beta and epochs; it checkpoints into `workdir/checkpoint` and,
+        under torchrun, trains on this rank's device."""
+        return cls(n_concepts=mcfg.n_concepts, beta=mcfg.vqlc_beta, epochs=mcfg.vqlc_epochs, seed=seed,
+                   checkpoint_dir=str(Path(workdir) / "checkpoint"),
+                   device=distributed.device() if distributed.world() > 1 else "cpu")
+
+    @classmethod
+    def fit_rows(cls, mcfg, store, fitset: np.ndarray) -> np.ndarray:
+        """Every train row when `vqlc_fit_on` is 'all', else the shared fit set."""
+        return store.rows_where(split="train") if mcfg.vqlc_fit_on == "all" else fitset
 
     def _validate(self) -> None:
         if self.normalize not in NORMALIZE:
@@ -147,46 +99,30 @@ class VQLC(ConceptMethod):
 
     # ---- building blocks --------------------------------------------------------------
 
-    def _build(self, dim: int) -> tuple[VQModel, torch.optim.Adam]:
+    def _build(self, dim: int) -> VQModel:
         threshold = self.dead_threshold * self.batch_size / self.n_concepts
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
-            model = VQModel(dim, self.n_concepts, hidden=self.hidden, beta=self.beta, decay=self.decay,
-                            eps=self.eps, dead_threshold=threshold).to(self.device)
-        return model, torch.optim.Adam(model.parameters(), lr=self.lr, foreach=True)
+            return VQModel(dim, self.n_concepts, hidden=self.hidden, beta=self.beta, decay=self.decay,
+                           eps=self.eps, dead_threshold=threshold).to(self.device)
 
-    def _set_normalization(self, store, rows) -> None:
-        d = store.dim
+    def _set_normalization(self, store, rows: np.ndarray) -> None:
+        """Mean and scale from one streamed pass over the fit rows, into the model's buffers."""
         if self.normalize == "none":
-            self.mean_, self.scale_ = np.zeros(d, np.float32), np.ones(d, np.float32)
-            return
-        mean, var = _moments(store, rows, max(self.batch_size, 8192), distributed.collectives().all_reduce, self.device)
-        if self.normalize == "standard":
-            std = np.sqrt(var)
-            scale = np.where(std > 1e-8, std, 1.0)
-        else:
-            scale = np.full(d, max(math.sqrt(var.mean()), 1e-8))
-        self.mean_, self.scale_ = mean.astype(np.float32), scale.astype(np.float32)
+            return  # the buffers start as the identity
+        batches = store.iter_batches(max(self.batch_size, 8192), shuffle=False, rows=rows)
+        mean, var = distributed.moments(batches, store.dim, distributed.collectives().all_reduce, self.device)
+        self.model_.set_normalization_(*normalization(mean, var, self.normalize))
 
-    def _norm(self, x: torch.Tensor) -> torch.Tensor:
-        mean = torch.as_tensor(self.mean_, device=x.device)
-        scale = torch.as_tensor(self.scale_, device=x.device)
-        return (x - mean) / scale  # (B, d)
-
-    def _init_codebook(self, store, rows) -> None:
+    def _init_codebook(self, store, rows: np.ndarray) -> None:
         """Farthest-first codes from a seeded sample, computed on rank 0 and broadcast by `init_`."""
         cb = self.model_.codebook
         codes = torch.zeros_like(cb.embed)  # (K, dz)
         if distributed.is_main():
-            n = store.n_rows if rows is None else len(rows)
-            k = min(self.init_sample, n)
-            if rows is None:
-                sample = store.sample(k, self.seed)
-            else:
-                pick = np.random.default_rng(self.seed).choice(rows, size=k, replace=False)
-                sample = store.read(np.sort(pick))
+            pick = np.random.default_rng(self.seed).choice(rows, size=min(self.init_sample, len(rows)), replace=False)
+            sample = torch.from_numpy(store.read(np.sort(pick))).to(self.device)
             with torch.no_grad():
-                z = self.model_.encoder(self._norm(torch.from_numpy(sample).to(self.device)))  # (k, dz)
+                z = self.model_.encoder(self.model_.normalize(sample))  # (k, dz)
             codes = farthest_first(z, self.n_concepts, self.seed)
         cb.init_(codes, count=self.batch_size / self.n_concepts)
 
@@ -203,15 +139,14 @@ class VQLC(ConceptMethod):
         reconstruction in normalised space)."""
         self.model_.eval()
         for s in range(0, len(X), chunk):
-            h = self._norm(X[s : s + chunk].to(self.device))
+            h = self.model_.normalize(X[s : s + chunk].to(self.device))
             out = self.model_(h)
-            recon = out.recon * torch.as_tensor(self.scale_, device=h.device) + torch.as_tensor(self.mean_, device=h.device)
-            yield out.z, out.indices, recon, h, out.recon
+            yield out.z, out.indices, self.model_.denormalize(out.recon), h, out.recon
 
     # ---- fit --------------------------------------------------------------------------
 
-    def fit(self, store, rows: np.ndarray | None = None) -> "VQLC":
-        """Train on the store's `rows` (all rows when None), streaming mini-batches; returns self.
+    def _fit(self, store, rows: np.ndarray) -> dict:
+        """Train on the store's `rows`, streaming mini-batches (`fit` times it and returns self).
 
         Under torchrun every rank reads the same shuffled stream of global batches of
         `batch_size` rows and trains on its contiguous slice of each; gradients and the
@@ -219,29 +154,32 @@ class VQLC(ConceptMethod):
         equal (up to float summation order) to the model one process trains. Only rank 0 writes.
         """
         self._validate()
-        rows = None if rows is None else np.sort(np.asarray(rows, dtype=np.int64))
-        n = store.n_rows if rows is None else len(rows)
-        self.check_n_rows(n)
-        t0 = time.perf_counter()
-        with self.measure_fit(n):
-            self.n_features_in_ = store.dim
-            self.model_, opt = self._build(store.dim)
-            for t in self.model_.state_dict().values():  # one model on every rank from the start
-                distributed.collectives().broadcast(t)
-            start = self._resume(opt, store.dim) if self.checkpoint_dir else None
-            if start is None:
-                start, self.history_ = 0, []
-                self._set_normalization(store, rows)
-                self._init_codebook(store, rows)
-            self._train(store, rows, opt, start, n)
-            self.model_.eval()
-        self.fit_time_s_ = time.perf_counter() - t0
-        return self
+        self.n_features_in_ = store.dim
+        self.model_ = self._build(store.dim)
+        opt = torch.optim.Adam(self.model_.parameters(), lr=self.lr, foreach=True)
+        for t in self.model_.state_dict().values():  # one model on every rank from the start
+            distributed.collectives().broadcast(t)
+        ckpt = None
+        if self.checkpoint_dir:
+            ckpt = checkpoint.load(self.checkpoint_dir, self.model_, opt, self._checkpoint_params(), self.name,
+                                   may_change=_RESUMABLE)
+        if ckpt is None:
+            start, self.history_ = 0, []
+            self._set_normalization(store, rows)
+            self._init_codebook(store, rows)
+        else:  # a checkpoint that already trained `epochs` is kept as is
+            start, self.history_ = ckpt.epoch, ckpt.history
+        self._train(store, rows, opt, start)
+        self.model_.eval()
+        return {}
 
-    def _train(self, store, rows, opt, start: int, n: int) -> None:
-        model, cb = self.model_, self.model_.codebook
+    def _checkpoint_params(self) -> dict:
+        return {**self.get_params(), "dim": self.n_features_in_}
+
+    def _train(self, store, rows: np.ndarray, opt: torch.optim.Optimizer, start: int) -> None:
+        model, cb, n = self.model_, self.model_.codebook, len(rows)
         all_reduce = distributed.collectives().all_reduce
-        reduce_grads_ = _all_reduce_grads_ if distributed.world() > 1 else _noop  # chosen once
+        reduce_grads_ = distributed.all_reduce_grads_ if distributed.world() > 1 else lambda *_: None  # chosen once
         params = list(model.parameters())
         steps = math.ceil(n / self.batch_size)
         self.n_epochs_ = self.epochs_for(n)
@@ -254,7 +192,7 @@ class VQLC(ConceptMethod):
             replaced = 0
             for batch in store.iter_batches(self.batch_size, shuffle=True, seed=self.seed + epoch, rows=rows):
                 x = distributed.local_slice(batch)  # (B_r, d), this rank's part of the global batch
-                out = model(self._norm(x.to(self.device)))
+                out = model(model.normalize(x.to(self.device)))
                 opt.zero_grad(set_to_none=True)
                 # Weighted by the slice's share, the summed gradients are those of the global mean.
                 (out.loss * (len(x) / len(batch)) if len(x) else out.z.sum()).backward()
@@ -277,26 +215,49 @@ class VQLC(ConceptMethod):
             self.history_.append({"epoch": epoch + 1, **{k: v / n for k, v in sums.items()},
                                   "perplexity": perplexity_from_counts(counts), "dead_codes": int((counts == 0).sum()),
                                   "replaced": replaced})
-            if self.checkpoint_dir:
-                self._write(Path(self.checkpoint_dir), opt=opt, epoch=epoch + 1)
+            if self.checkpoint_dir and distributed.is_main():  # every rank holds the same model
+                checkpoint.save(self.checkpoint_dir, model, opt, epoch + 1, self.history_, self._checkpoint_params())
         bar.close()
 
     # ---- predict ----------------------------------------------------------------------
 
+    @property
+    def mean_(self) -> np.ndarray:
+        """The normalisation's mean (d,), a copy of the model's buffer `norm_mean`."""
+        self.check_fitted("model_")
+        return self.model_.norm_mean.cpu().numpy().copy()
+
+    @property
+    def scale_(self) -> np.ndarray:
+        """The normalisation's scale (d,), a copy of the model's buffer `norm_scale`."""
+        self.check_fitted("model_")
+        return self.model_.norm_scale.cpu().numpy().copy()
+
+    @property
+    def codebook_(self) -> np.ndarray:
+        """The code book (K, dz) in encoding space."""
+        self.check_fitted("model_")
+        return self.model_.codebook.embed.detach().cpu().numpy().copy()
+
     def transform(self, X) -> np.ndarray:
         """Encodings z (N, dz) float32 of raw vectors X (N, d)."""
-        X = self._as_tensor(X)
-        return np.concatenate([z.cpu().numpy() for z, *_ in self._run(X)] or [np.zeros((0, self.n_features_in_), np.float32)])
+        parts = [z.cpu().numpy() for z, *_ in self._run(self._as_tensor(X))]
+        return np.concatenate(parts or [np.zeros((0, self.model_.codebook.dim), np.float32)])
 
     def predict(self, X) -> np.ndarray:
         """Index (int64) of the closest code in the code book for every raw vector of X (N, d)."""
-        X = self._as_tensor(X)
-        return np.concatenate([i.cpu().numpy() for _, i, *_ in self._run(X)] or [np.zeros(0, np.int64)]).astype(np.int64)
+        parts = [i.cpu().numpy() for _, i, *_ in self._run(self._as_tensor(X))]
+        return np.concatenate(parts or [np.zeros(0, np.int64)]).astype(np.int64)
+
+    def predict_proba(self, X) -> np.ndarray:
+        """(N, K) softmax of negative squared distances from the encodings of X to the codes, at
+        each row's own temperature (see `softmax_neg_distances`)."""
+        return softmax_neg_distances(self.transform(X), self.codebook_)
 
     def reconstruct(self, X) -> np.ndarray:
         """Reconstruction of raw vectors X (N, d) through encoder, nearest code and decoder."""
-        X = self._as_tensor(X)
-        return np.concatenate([r.cpu().numpy() for _, _, r, *_ in self._run(X)])
+        parts = [r.cpu().numpy() for _, _, r, *_ in self._run(self._as_tensor(X))]
+        return np.concatenate(parts or [np.zeros((0, self.n_features_in_), np.float32)])
 
     def predict_store(self, store, batch_size: int = 8192, return_means: bool = False):
         """Code index of every store row, in row order, streamed.
@@ -333,12 +294,6 @@ class VQLC(ConceptMethod):
         return {"r2": raw.value(), "r2_normalized": normed.value(), "perplexity": perplexity_from_counts(counts),
                 "dead_codes": int((counts == 0).sum())}
 
-    @property
-    def codebook_(self) -> np.ndarray:
-        """The code book (K, dz) in encoding space."""
-        self.check_fitted("model_")
-        return self.model_.codebook.embed.detach().cpu().numpy().copy()
-
     def concept_extra(self) -> dict[str, np.ndarray]:
         """VQLC's arrays for the concept set: the codes and, after predict_store, the mean encodings."""
         extra = {"codes": self.codebook_}
@@ -346,73 +301,20 @@ class VQLC(ConceptMethod):
             extra["encodings"] = self.encoding_means_
         return extra
 
-    # ---- save / load / resume ---------------------------------------------------------
+    # ---- save and load (the base class writes method.safetensors + method.json) ----------
 
-    def _write(self, path: Path, opt: torch.optim.Optimizer | None = None, epoch: int | None = None) -> None:
-        if not distributed.is_main():
-            return  # every rank holds the same model; rank 0 writes it
-        tensors = {f"model.{k}": v for k, v in self.model_.state_dict().items()}
-        tensors["norm.mean"] = torch.from_numpy(self.mean_)
-        tensors["norm.scale"] = torch.from_numpy(self.scale_)
-        if opt is not None:
-            for i, state in opt.state_dict()["state"].items():
-                for key, value in state.items():
-                    tensors[f"optim.{i}.{key}"] = torch.as_tensor(value)
-        meta = {"format_version": FORMAT_VERSION, "method": self.name, "params": self.get_params(),
-                "dim": self.n_features_in_, "history": self.history_, "epoch": epoch if epoch is not None else len(self.history_),
-                "fit_time_s": getattr(self, "fit_time_s_", None), "fit_info": getattr(self, "fit_info_", {}),
-                "has_optimizer": opt is not None}
-        write_safetensors(path / WEIGHTS_FILE, tensors, metadata={"vqlc": json.dumps(meta)})
-        write_json(path / META_FILE, meta)
-
-    def _restore(self, tensors: dict, meta: dict) -> None:
-        self.model_.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
-        self.model_.to(self.device)
-        self.mean_ = tensors["norm.mean"].numpy()
-        self.scale_ = tensors["norm.scale"].numpy()
-        self.history_ = list(meta["history"])
-        self.n_features_in_ = int(meta["dim"])
-
-    def _resume(self, opt: torch.optim.Optimizer, dim: int) -> int | None:
-        """Load the checkpoint in checkpoint_dir into model and optimizer; return its epoch, or
-        None when there is none. A checkpoint that already trained `epochs` is kept as is."""
-        path = Path(self.checkpoint_dir) / WEIGHTS_FILE
-        if not path.exists():
-            return None
-        meta = _read_meta(path)
-        mine = {k: v for k, v in self.get_params().items() if k not in _RESUMABLE}
-        theirs = {k: v for k, v in meta["params"].items() if k not in _RESUMABLE}
-        if mine != theirs or meta["dim"] != dim:
-            diff = sorted(k for k in mine if mine[k] != theirs.get(k)) or ["dim"]
-            raise ValueError(f"The checkpoint in {self.checkpoint_dir} was written with other settings "
-                             f"({', '.join(diff)}); use another checkpoint_dir or delete it.")
-        tensors = read_safetensors(path)
-        self._restore(tensors, meta)
-        state = opt.state_dict()
-        for i in state["param_groups"][0]["params"]:
-            state["state"][i] = {k.split(".", 2)[2]: v for k, v in tensors.items() if k.startswith(f"optim.{i}.")}
-        opt.load_state_dict(state)
-        return int(meta["epoch"])
-
-    def save(self, path: str | Path) -> None:
-        """Write `vqlc.safetensors` (module state, buffers, normalisation) and `vqlc.json` into folder path."""
+    def _tensors(self) -> dict:
+        """The module's state_dict: weights, codebook buffers and the normalisation."""
         self.check_fitted("model_")
-        self._write(Path(path))
+        return dict(self.model_.state_dict())
 
-    @classmethod
-    def load(cls, path: str | Path) -> "VQLC":
-        """A fitted VQLC from a folder written by `save` (or a fit's checkpoint_dir)."""
-        path = Path(path)
-        if not (path / WEIGHTS_FILE).exists():
-            raise RunError(f"No fitted VQLC in {path}; rebuild this method's stage.")
-        meta = _read_meta(path / WEIGHTS_FILE)
-        if meta.get("format_version") != FORMAT_VERSION:
-            raise RunError(f"The VQLC in {path} has format {meta.get('format_version')}, expected {FORMAT_VERSION}; "
-                           "rebuild this method's stage.")
-        self = cls(**meta["params"])
-        self.model_, _ = self._build(int(meta["dim"]))
-        self._restore(read_safetensors(path / WEIGHTS_FILE), meta)
+    def _state(self) -> dict:
+        return {"dim": self.n_features_in_, "history": self.history_, "n_epochs": getattr(self, "n_epochs_", None)}
+
+    def _restore(self, tensors: dict, state: dict) -> None:
+        self.n_features_in_ = int(state["dim"])
+        self.model_ = self._build(self.n_features_in_)
+        self.model_.load_state_dict(tensors)
         self.model_.eval()
-        self.fit_time_s_ = meta.get("fit_time_s")
-        self.fit_info_ = meta.get("fit_info", {})
-        return self
+        self.history_ = list(state["history"])
+        self.n_epochs_ = state.get("n_epochs")

@@ -1,0 +1,59 @@
+"""Concept maps: one point per non-empty concept, the same map for the same seed, and marker
+sizes that grow with a concept's size while keeping the smallest concepts visible."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.conftest import blobs
+from vqlc_core.concepts import ConceptSet, summarize
+from vqlc_core.maps import concept_map, marker_size
+
+COLUMNS = ["concept", "size", "n_pred", "dominant_class", "purity", "x", "y", "top_words"]
+
+
+def concept_set(n_concepts: int, empty: int, seed: int = 0) -> ConceptSet:
+    """A concept set over 40 words a concept (concept `empty` has none), with blob-like vectors."""
+    rng = np.random.default_rng(seed)
+    kept = [k for k in range(n_concepts) if k != empty]
+    assignments = np.repeat(kept, 40)
+    words = [f"w{k}_{i % 5}" for k in kept for i in range(40)]
+    tokens = pd.DataFrame({"text_id": np.arange(len(words)), "word_index": 0, "word": words, "kind": "word",
+                           "label": rng.integers(2, size=len(words))})
+    vectors, _ = blobs(n_per=1, k=n_concepts, dim=16, seed=seed)
+    return ConceptSet("kmeans", assignments, vectors, summarize(tokens, assignments, n_concepts, ["neg", "pos"]),
+                      ["neg", "pos"])
+
+
+def test_marker_size_grows_with_concept_size():
+    sizes = np.array([0, 1, 2, 10, 100, 1_000, 10_000])
+    m = marker_size(sizes)
+    assert np.all(np.diff(m[1:]) > 0)
+    assert m[-1] / m[1] > 10  # the big concepts stand out
+
+
+def test_marker_size_keeps_empty_and_one_member_concepts_visible():
+    m = marker_size(pd.Series([0, 1, 5]))
+    assert m[0] == m[1] == 3.0 and m.min() > 0
+    assert marker_size([]).shape == (0,)
+
+
+def test_a_small_map_has_one_row_per_non_empty_concept():
+    cs = concept_set(6, empty=2)
+    df = concept_map(cs)
+    assert list(df.columns) == COLUMNS
+    assert df["concept"].tolist() == [0, 1, 3, 4, 5]
+    assert df["size"].tolist() == [40] * 5
+    assert df["top_words"].iloc[0].split(", ")[0].startswith("w0_")
+    assert np.isfinite(df[["x", "y"]].to_numpy()).all() and df[["x", "y"]].std().min() > 0
+
+
+@pytest.mark.slow
+def test_a_umap_map_is_the_same_for_the_same_seed():  # UMAP compiles with numba on first use (~20 s)
+    cs = concept_set(30, empty=7)
+    a, b = concept_map(cs, seed=0), concept_map(cs, seed=0)
+    assert len(a) == 29 and 7 not in set(a["concept"])
+    pd.testing.assert_frame_equal(a, b)
+    assert not np.allclose(a[["x", "y"]], concept_map(cs, seed=1)[["x", "y"]])

@@ -1,0 +1,204 @@
+"""The stage registry: every stage of a build declared once (its function, the files it writes,
+the settings its output depends on, whether every rank runs it under torchrun), in build order.
+
+Build order, the integrity check's file lists, the CLI's `--rebuild` choices, `runs` and the
+dashboard's "is it built" all derive from `STAGES`. The concept-method stage is declared once
+and expands to one stage per chosen method, named after it.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import dataclass, replace
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from . import distributed
+from .methods import METHODS, method_class
+from .runio import RunError, read_json, read_npy, write_json, write_npy, write_parquet
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    run: Callable  # (run: Run, name: str) -> dict of facts for the manifest
+    files: tuple[str, ...]  # globs under the run directory; "{name}" is the stage's own name
+    reads: tuple[str, ...] = ()  # the settings (flat config names) its output depends on
+    sharded: bool = False  # every rank runs it under torchrun (else rank 0 alone)
+    per_method: bool = False  # one stage per chosen concept method
+
+
+# --- the stages ------------------------------------------------------------------------------
+def stage_texts(run, name: str) -> dict:
+    from .datasets import load_dataset, split_dataset
+
+    cfg, data = run.cfg, run.cfg.data
+    ds = load_dataset(data.dataset, cache_dir=cfg.cache_dir, text_column=data.text_column,
+                      label_column=data.label_column, limit=data.limit, seed=cfg.seed)
+    split = split_dataset(ds.labels, ds.groups, seed=cfg.seed)
+    df = pd.DataFrame({"text_id": np.arange(len(ds.texts)), "text": ds.texts, "label": ds.labels.astype(np.int64),
+                       "split": split, "group": ds.groups if ds.groups is not None else np.arange(len(ds.texts))})
+    write_parquet(run.dir / "texts.parquet", df)
+    run.manifest.data["class_names"] = list(ds.class_names)
+    return {"n_texts": len(df), "splits": df["split"].value_counts().to_dict()}
+
+
+def stage_extract(run, name: str) -> dict:
+    from .extract import build_store
+
+    ecfg, bb = run.cfg.extract, run.backbone
+    layer = bb.check_layer(ecfg.layer if ecfg.layer is not None else max(1, bb.n_layers - 1))
+    run.manifest.data["layer"] = layer
+    run.manifest.data["pooling"] = ecfg.pooling or bb.pooling
+    device = distributed.device() if distributed.world() > 1 else "cpu"
+    bb.model.to(device)  # each rank's own GPU under torchrun with CUDA
+    try:
+        store = build_store(bb, run.texts, replace(ecfg, layer=layer), run.dir / "store")
+    finally:
+        bb.model.to("cpu")
+    run._store = store
+    return {"n_rows": store.n_rows, "dim": store.dim, "layer": layer}
+
+
+def stage_classifier(run, name: str) -> dict:
+    from .classifier import Classifier, pooled_features
+
+    texts, bb = run.texts, run.backbone
+    if bb.is_classifier:
+        clf = Classifier(bb, run.class_names)
+        proba = np.concatenate([clf.predict_proba(texts["text"].iloc[i : i + 32].tolist())
+                                for i in range(0, len(texts), 32)])
+    else:
+        feats = pooled_features(bb, texts["text"].tolist(), batch_size=run.cfg.extract.batch_size,
+                                autocast_dtype=run.cfg.extract.autocast_dtype)
+        train = (texts["split"] == "train").to_numpy()
+        clf = Classifier.train(bb, feats[train], texts["label"].to_numpy()[train], run.class_names, seed=run.cfg.seed)
+        proba = clf.head_proba(feats)
+    pred = proba.argmax(1)
+    acc = {s: float((pred[m] == texts["label"].to_numpy()[m]).mean())
+           for s in ("train", "dev", "test") if (m := (texts["split"] == s).to_numpy()).any()}
+    clf.save(run.dir / "classifier")
+    write_json(run.dir / "classifier" / "metrics.json", {"accuracy": acc})
+    run._classifier = clf
+    return {"accuracy": acc}
+
+
+def stage_fitset(run, name: str) -> dict:
+    from .store import fit_set_rows
+
+    cfg, fs, store = run.cfg, run.cfg.fitset, run.store
+    tokens = store.tokens
+    train = tokens[tokens["split"] == "train"]
+    rows = train.index.to_numpy()[fit_set_rows(train.reset_index(drop=True), fs.max_per_word, fs.min_word_count,
+                                                seed=cfg.seed)]
+    if len(rows) > fs.fit_max_rows:
+        rows = np.sort(np.random.default_rng(cfg.seed).choice(rows, size=fs.fit_max_rows, replace=False))
+    if len(rows) < cfg.methods.n_concepts:
+        raise RunError(f"The fit set has {len(rows)} rows but {cfg.methods.n_concepts} concepts were requested; "
+                       "lower --n-concepts or use more texts.")
+    write_npy(run.dir / "fitset.npy", rows.astype(np.int64))
+    return {"n_rows": int(len(rows))}
+
+
+def stage_method(run, name: str) -> dict:
+    from .concepts import ConceptSet
+
+    cfg, store = run.cfg, run.store
+    cls, workdir = method_class(name), run.dir / "methods" / name
+    rows = cls.fit_rows(cfg.methods, store, read_npy(run.dir / "fitset.npy"))
+    method = cls.from_config(cfg.methods, cfg.seed, workdir).fit(store, rows=rows)
+    if not distributed.is_main():
+        return {}  # every rank holds the fitted model; rank 0 assigns and saves
+    assignments = method.predict_store(store)
+    info = dict(method.fit_info_)
+    cs = ConceptSet.from_assignments(name, store, assignments, method.n_concepts, run.class_names,
+                                     extra=method.concept_extra(), info=info, seed=cfg.seed)
+    method.save(workdir / "model")
+    cs.save(workdir)
+    shutil.rmtree(workdir / "checkpoint", ignore_errors=True)
+    return {"fit_time_s": round(info["fit_time_s"], 2), "peak_rss_mb": round(info["peak_rss_mb"], 1),
+            "n_fit_rows": int(len(rows)), "used_concepts": int((cs.summary["size"] > 0).sum())}
+
+
+def stage_evaluate(run, name: str) -> dict:
+    from .faithfulness import faithfulness
+    from .metrics import codebook_perplexity, dead_codes
+
+    cfg = run.cfg
+    methods = {m: (run.method(m), run.concept_set(m)) for m in run.methods_built()}
+    measures = {}
+    dev = run.store.rows_where(split="dev")
+    for m, (method, cs) in methods.items():
+        sizes = cs.summary["size"].to_numpy()
+        a = cs.assignments
+        measures[m] = {"perplexity": float(codebook_perplexity(a, cs.n_concepts)),
+                       "dead_codes": int(dead_codes(a, cs.n_concepts)),
+                       "mean_purity": float(np.average(cs.summary["purity"], weights=np.maximum(sizes, 1e-9))),
+                       "size_quantiles": np.quantile(sizes, [0, 0.25, 0.5, 0.75, 1]).tolist(), **cs.info}
+        measures[m].update({f"dev_{k}": v for k, v in method.score_store(run.store, dev).items()})
+    texts = run.texts
+    test = texts[texts["split"] == "test"]["text"].tolist()[: cfg.eval.faithfulness_texts]
+    table = faithfulness(run.explainer(methods), test, seed=cfg.seed)
+    acc = read_json(run.dir / "classifier" / "metrics.json")["accuracy"]
+    write_parquet(run.dir / "eval" / "faithfulness.parquet", table)
+    write_json(run.dir / "eval" / "measures.json", {"methods": measures, "classifier_accuracy": acc})
+    return {"n_texts": len(test)}
+
+
+def stage_maps(run, name: str) -> dict:
+    from .maps import concept_map
+
+    for m in run.methods_built():
+        write_parquet(run.dir / "methods" / m / "map.parquet", concept_map(run.concept_set(m), seed=run.cfg.seed))
+    return {"methods": run.methods_built()}
+
+
+# --- the registry, in build order --------------------------------------------------------------
+STAGES: tuple[Stage, ...] = (
+    Stage("texts", stage_texts, ("texts.parquet",), ("dataset", "text_column", "label_column", "limit", "seed")),
+    Stage("extract", stage_extract, ("store/store.json", "store/tokens.parquet", "store/vectors_*.npy"),
+          ("model", "layer", "pooling", "aggregation", "max_length", "dtype"), sharded=True),
+    Stage("classifier", stage_classifier, ("classifier/*",), ("seed",)),
+    Stage("fitset", stage_fitset, ("fitset.npy",), ("max_per_word", "min_word_count", "fit_max_rows", "seed")),
+    Stage("method", stage_method, ("methods/{name}/*.npy", "methods/{name}/*.json", "methods/{name}/summary.parquet",
+                                   "methods/{name}/model/*"), ("n_concepts", "seed"), sharded=True, per_method=True),
+    Stage("evaluate", stage_evaluate, ("eval/*",), ("methods", "faithfulness_texts", "ig_steps", "seed")),
+    Stage("maps", stage_maps, ("methods/*/map.parquet",), ("methods", "seed")),
+)
+
+
+def stage_order(methods=METHODS) -> list[tuple[str, Stage]]:
+    """(name, stage) in build order, the method stage expanded to one per method in `methods`."""
+    out = []
+    for st in STAGES:
+        out += [(m, st) for m in methods] if st.per_method else [(st.name, st)]
+    return out
+
+
+def stage_names(methods=METHODS) -> list[str]:
+    """Stage names in build order (every registered method by default: the `--rebuild` choices)."""
+    return [name for name, _ in stage_order(methods)]
+
+
+def stage_of(name: str) -> Stage:
+    """The registry entry behind stage `name` (a method's name gives the method stage)."""
+    for n, st in stage_order():
+        if n == name:
+            return st
+    raise RunError(f"Unknown stage '{name}'; choose one of {', '.join(stage_names())}.")
+
+
+def stage_reads(name: str) -> tuple[str, ...]:
+    """The settings stage `name`'s output depends on (a method adds its own `config_keys`)."""
+    st = stage_of(name)
+    return st.reads + (method_class(name).config_keys if st.per_method else ())
+
+
+def stage_globs(name: str) -> list[str]:
+    """The file globs, under the run directory, of what stage `name` writes."""
+    return [g.format(name=name) for g in stage_of(name).files]

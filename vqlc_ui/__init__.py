@@ -1,0 +1,15 @@
+"""Glue between the dashboard pages and vqlc_core: cached loaders (`loaders`), the widgets the
+pages share (`widgets`: guard, sidebar, selectors, input text, rebuild and pin buttons) and the
+views several pages show (`views`). Pages call `vqlc_ui.<name>`; the logic lives in vqlc_core.
+
+Runs live under `$VQLC_CACHE_DIR/runs/` (default `cache/runs/`).
+"""
+
+from .loaders import (ablate, cache_dir, cloud, concept_map, concepts, evaluation, explain, explainer, load_run,
+                      stamp, texts, tokens, warm_up)
+from .views import ablation_panel, concept_view
+from .widgets import EXAMPLE, guard, persisted, pin_button, rebuild_button, sidebar, text_input, text_key
+
+__all__ = ["EXAMPLE", "ablate", "ablation_panel", "cache_dir", "cloud", "concept_map", "concept_view", "concepts",
+           "evaluation", "explain", "explainer", "guard", "load_run", "persisted", "pin_button", "rebuild_button",
+           "sidebar", "stamp", "text_input", "text_key", "texts", "tokens", "warm_up"]

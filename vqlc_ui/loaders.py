@@ -1,0 +1,108 @@
+"""Cached loaders: every part of a run the pages read, loaded once per server process.
+
+Each loader is keyed by the run directory and its manifest's modification time (`stamp`), so a
+rebuilt run is reloaded. Models go in `st.cache_resource`, tables and results in `st.cache_data`.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import streamlit as st
+
+from vqlc_core.run import Run, cache_dir_default, default_run, is_built, list_runs
+
+
+def cache_dir() -> Path:
+    """Where the dashboard finds runs: $VQLC_CACHE_DIR, else ./cache."""
+    return cache_dir_default()
+
+
+def stamp(run: Run) -> int:
+    """The run's manifest modification time: part of every cache key, so a rebuild reloads."""
+    return (run.dir / "manifest.json").stat().st_mtime_ns
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def load_run(run_dir: str, _stamp: int) -> Run:
+    return Run(run_dir)
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def concepts(run_dir: str, _stamp: int, method: str):
+    return load_run(run_dir, _stamp).concept_set(method)
+
+
+@st.cache_resource(show_spinner="Loading the model and the concept methods...", max_entries=2)
+def explainer(run_dir: str, _stamp: int):
+    import torch
+
+    # One server process serves every session: one intra-op thread per forward keeps concurrent
+    # explanations from oversubscribing the cores (on 2 cores, 2 threads barely beat 1).
+    torch.set_num_threads(1)
+    run = load_run(run_dir, _stamp)
+    return run.explainer({m: (run.method(m), concepts(run_dir, _stamp, m)) for m in run.methods_built()})
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def tokens(run_dir: str, _stamp: int):
+    return load_run(run_dir, _stamp).store.tokens
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def texts(run_dir: str, _stamp: int):
+    return load_run(run_dir, _stamp).texts
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def concept_map(run_dir: str, _stamp: int, method: str):
+    return load_run(run_dir, _stamp).concept_map(method)
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def evaluation(run_dir: str, _stamp: int):
+    run = load_run(run_dir, _stamp)
+    return run.faithfulness(), run.measures()
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def explain(run_dir: str, _stamp: int, text: str) -> dict:
+    return explainer(run_dir, _stamp).explain(text).to_dict()
+
+
+@st.cache_data(show_spinner=False, max_entries=2048)
+def ablate(run_dir: str, _stamp: int, text: str, method: str, ids: tuple[int, ...]) -> dict:
+    return explainer(run_dir, _stamp).ablate_concepts(text, method, list(ids))
+
+
+def cloud(run: Run, method: str, k: int) -> Path | None:
+    """Path of concept k's word cloud (drawn once, then read from the run's ui/ folder)."""
+    from vqlc_core.wordclouds import concept_cloud
+
+    cs = concepts(str(run.dir), stamp(run), method)
+    return concept_cloud(run.dir, method, k, cs.summary.at[k, "top_words"])
+
+
+_warming: set[tuple[str, int]] = set()
+
+
+def _load_quietly(run_dir: str, sp: int) -> None:
+    try:
+        explainer(run_dir, sp)
+    except Exception:  # the page that needs the explainer loads it again and shows the error
+        _warming.discard((run_dir, sp))
+
+
+def warm_up() -> None:
+    """Load the chosen (or default) run's explainer in a background thread, once per run, so the
+    Explain and Compare pages open fast; a page that needs it sooner waits for the same load
+    (Streamlit computes one cache key once)."""
+    runs = {p.name: p for p in list_runs(cache_dir())}
+    path = runs.get(st.session_state.get("run")) or runs.get(default_run(cache_dir()))
+    if path is None or not is_built(path):
+        return
+    key = (str(path), (path / "manifest.json").stat().st_mtime_ns)
+    if key not in _warming:
+        _warming.add(key)
+        threading.Thread(target=_load_quietly, args=key, daemon=True, name="vqlc-warm-up").start()
