@@ -14,5 +14,7 @@ page = st.navigation([
     st.Page("pages/case_study.py", title="Case study", icon=":material/push_pin:"),
     st.Page("pages/build.py", title="Build", icon=":material/build:"),
 ])
-vqlc_ui.warm_up()  # the model loads in the background while the first page renders
-page.run()
+try:
+    page.run()
+finally:
+    vqlc_ui.warm_up()  # the model loads in the background once the page is drawn, not while it is

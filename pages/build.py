@@ -4,18 +4,24 @@ import streamlit as st
 
 import vqlc_ui
 from vqlc_core.config import PRESETS, preset
-from vqlc_core.run import list_runs
+from vqlc_core.run import runs_overview
 
 name = st.sidebar.selectbox("Preset", sorted(PRESETS), index=sorted(PRESETS).index("default"))
 st.title("Build a run")
 cfg = preset(name, cache_dir=vqlc_ui.cache_dir())
 st.markdown(
-    f"A run extracts layer representations of **{cfg.extract.model}** on **{cfg.data.dataset}**, trains the "
-    f"classifier, fits VQLC, K-Means and LACOAT with K = {cfg.methods.n_concepts}, evaluates faithfulness and "
+    f"A run fine-tunes **{cfg.extract.model}** for its task on **{cfg.data.dataset}**, extracts its layer "
+    f"representations, trains the classifier, fits VQLC, K-Means and LACOAT with K = {cfg.methods.n_concepts}, evaluates faithfulness and "
     f"stores the concept maps, all under `{cfg.run_dir}`. An interrupted build resumes where it stopped. The "
     f"command line does the same: `python -m vqlc_core build --preset {name}`.")
-runs = [p.name for p in list_runs(vqlc_ui.cache_dir())]
-st.caption("Runs: " + (", ".join(runs) if runs else "none yet"))
+runs = runs_overview(vqlc_ui.cache_dir())
+if len(runs):
+    st.dataframe(runs, hide_index=True,
+                 column_config={"word alignment": st.column_config.NumberColumn(
+                     help="words the tokenizer aligns per word of a plain split of the text; a build refuses a "
+                          "model outside 0.70-1.60", format="%.3f")})
+else:
+    st.caption("No run is built yet.")
 
 if st.button(f"Build '{cfg.run}'", type="primary", icon=":material/play_arrow:"):
     bar = st.progress(0.0, text="starting")

@@ -1,10 +1,12 @@
 """Case study: the pinned inputs and their concepts, exported as figures (PNG, SVG), tables
-(CSV, LaTeX) and a zip bundle with a Markdown report. Exports are drawn when downloaded."""
+(CSV, LaTeX) and a zip bundle with a Markdown report, each saying which run, model, layer, method
+and seed it shows. Exports are drawn when downloaded; a download does not rerun the page."""
 
 from functools import partial
 
 import streamlit as st
 
+import vqlc_ui
 from vqlc_core import browse, report
 
 pins = st.session_state.setdefault("pins", [])
@@ -16,17 +18,21 @@ if not pins:
 table = report.pins_table(pins)
 st.dataframe(table, hide_index=True)
 c1, c2, c3 = st.columns(3)
-c1.download_button("Table (CSV)", report.table_csv(table), "case_study.csv", "text/csv")
-c2.download_button("Table (LaTeX)", report.table_latex(table), "case_study.tex", "text/x-tex")
+# on_click="ignore": a download changes nothing on the page, and a rerun it started would race the
+# zip being drawn (Streamlit drops a drawn file's answer that is queued when a run starts, and the
+# button then waits, disabled, for minutes).
+c1.download_button("Table (CSV)", report.table_csv(table), "case_study.csv", "text/csv", on_click="ignore")
+c2.download_button("Table (LaTeX)", report.table_latex(table), "case_study.tex", "text/x-tex", on_click="ignore")
 c3.download_button("Everything (zip with report.md)", partial(report.bundle, list(pins)), "case_study.zip",
-                   "application/zip", type="primary")
+                   "application/zip", type="primary", on_click="ignore")
 
 for i, pin in enumerate(pins, 1):
     with st.container(border=True):
         st.subheader(f"Pin {i}: {pin['method']}, {pin['prediction']} ({pin['confidence']:.3f})")
+        st.caption(vqlc_ui.plain(report.provenance_line(pin)))
         st.markdown(browse.colored_sentence_html(pin["text"], pin["words"], [w["concept"] for w in pin["words"]],
                                                  pin["labels"]), unsafe_allow_html=True)
-        st.dataframe(report.pins_table([pin]).drop(columns=["pin", "method", "text"]), hide_index=True)
+        st.dataframe(report.pins_table([pin]).drop(columns=["pin", *browse.PROVENANCE, "text"]), hide_index=True)
         cols = st.columns(5)
         for col, (name, draw, fmt, mime) in zip(cols, [
             ("Ablation PNG", report.ablation_figure, "png", "image/png"),
@@ -35,7 +41,7 @@ for i, pin in enumerate(pins, 1):
             ("Sentence SVG", report.sentence_figure, "svg", "image/svg+xml"),
         ]):
             col.download_button(name, partial(draw, pin, fmt), f"pin{i}_{name.split()[0].lower()}.{fmt}", mime,
-                                key=f"dl_{i}_{name}")
+                                key=f"dl_{i}_{name}", on_click="ignore")
         if cols[4].button("Unpin", key=f"unpin{i}"):
             pins.pop(i - 1)
             st.rerun()

@@ -27,14 +27,24 @@ for col, m in zip(st.columns(len(methods)), methods):
         ids = ex["methods"][m]["word_concepts"]
         st.markdown(browse.colored_sentence_html(text, ex["words"], ids, browse.word_labels(ex, m, cs.label)),
                     unsafe_allow_html=True)
-        vqlc_ui.ablation_panel(run, m, text, ex, cloud_width=140)
+        vqlc_ui.ablation_panel(run, m, text, ex, cloud_width=110)
         vqlc_ui.pin_button(run, m, text, key=f"pin_{m}")
 
 st.header("Faithfulness over the test set")
+st.caption("Each row ablates centred concept directions at layer l on every test sentence (and seed): the mean drop "
+           "in the predicted class's confidence with its 95% bootstrap interval, the flip rate, and the share of the "
+           "pooled representation's energy removed. The 'control' rows (global mean, random direction) and each "
+           "method's 'random concept' row are what a concept must beat.")
 faith, measures = vqlc_ui.evaluation(rd, sp)
 st.dataframe(faith, hide_index=True)
-st.plotly_chart(px.bar(faith, x="target", y="mean_conf_drop", color="method", barmode="group", height=320,
-                       hover_data=["flip_rate", "n"], labels={"mean_conf_drop": "mean confidence drop"}),
+if {"conf_drop_low", "conf_drop_high"} <= set(faith.columns):
+    faith = faith.assign(err_plus=faith["conf_drop_high"] - faith["mean_conf_drop"],
+                         err_minus=faith["mean_conf_drop"] - faith["conf_drop_low"])
+st.plotly_chart(px.bar(faith, x="target", y="mean_conf_drop", color="method", barmode="group", height=340,
+                       error_y="err_plus" if "err_plus" in faith else None,
+                       error_y_minus="err_minus" if "err_minus" in faith else None,
+                       hover_data=[c for c in ("flip_rate", "mean_energy", "n") if c in faith],
+                       labels={"mean_conf_drop": "mean confidence drop"}),
                 width="stretch", key="faith_chart")
 st.header("Cost and codebook use")
 cost = browse.cost_table(measures)

@@ -1,4 +1,5 @@
-"""Concepts: a paginated grid of word clouds for one method, search by word, one concept's view."""
+"""Concepts: a paginated grid of word clouds (or word lists) for one method, search by word, one
+concept's view."""
 
 import html
 
@@ -39,9 +40,9 @@ for i, k in enumerate(shown):
                     f"({html.escape(str(row['dominant_class']))})")
         if browse.is_prediction_concept(row):
             for t in browse.prediction_examples(vqlc_ui.texts(rd, sp), row, n=3):
-                st.caption(t)
-        elif (path := vqlc_ui.cloud(run, method, k)) is not None:
-            st.image(str(path), width="stretch")
+                st.caption(vqlc_ui.plain(t))
+        else:
+            vqlc_ui.concept_picture(run, method, k)
         if st.button("Open", key=f"open_{method}_{k}"):
             st.session_state["concept"], st.session_state["concept_method"] = k, method
             st.rerun()

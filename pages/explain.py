@@ -1,5 +1,6 @@
 """Explain: one input's prediction, every word coloured by its concept, and the prediction and
-salient-word concepts with a toggle each that ablates the concept live."""
+salient-word concepts with a toggle each that ablates the concept live; the prediction they give
+is shown above the cards and stays in view beside them."""
 
 import html
 

@@ -72,7 +72,7 @@ def apptest_run():
 
     cfg = preset("default", run="apptest", limit=300, n_concepts=20, faithfulness_texts=20, cache_dir=CACHE)
     if not (cfg.run_dir / "manifest.json").exists() or not is_built(cfg.run_dir):
-        build(cfg)
+        build(cfg, force=True)  # a half-built or older-format run is built afresh
     return Run(cfg.run_dir)
 
 

@@ -17,6 +17,7 @@ from streamlit.testing.v1 import AppTest
 
 from tests.conftest import CACHE, ROOT
 from tests.runcopy import APPTEST_ARGS, sealed_copy
+from vqlc_core.inputs import CONTROL
 from vqlc_core.runio import RunError
 
 TIMEOUT = 120  # s: every case, however bad, is answered well within this
@@ -34,8 +35,18 @@ TEXTS = {
     "only punctuation": "!!! ??? ... ,,, ;;; --- ***",
     "unknown tokens only": "\U000e0001\U0010fffd 𓀀𓀁 ☃☃",
     "one emoji": "🙂",
+    "mathematical letters": "𝐚 𝐠𝐫𝐞𝐚𝐭 𝐟𝐢𝐥𝐦",
+    "fullwidth letters": "ａ ｇｒｅａｔ ｆｉｌｍ",
+    "one letter 150 times": "a" * 150,
+    "NUL inside words": "gre\x00at fi\x07lm , tru\x1bly",
+    "lone surrogate": "a fine \ud800 film \udfff",
 }
-EMPTY = {"empty", "whitespace only"}  # the library answers these with a sentence, not a result
+# The library answers these with one sentence, not a result: case -> a phrase of it
+SENTENCES = {"empty": "is empty", "whitespace only": "is empty", "only NUL": "is empty",
+             "lone surrogate": "lone surrogate (U+D800 at character 7)"}
+SENTENCES.update({case: "knows none of the input's words" for case in (
+    "unknown tokens only", "one emoji", "mathematical letters", "fullwidth letters", "one letter 150 times")})
+EMPTY = {"empty", "whitespace only", "only NUL"}  # the page asks for a sentence (control characters are spaces)
 
 
 def _in_time(fn, *args):
@@ -62,21 +73,60 @@ def explainer(apptest_run):
 @pytest.mark.parametrize("case", list(TEXTS))
 def test_explain_answers_any_text_with_a_result_or_a_sentence(explainer, case):
     text = TEXTS[case]
-    if case in EMPTY:
-        with pytest.raises(ValueError) as e:
-            _in_time(explainer.explain, text)
-        one_sentence(str(e.value))
+    if case in SENTENCES:
+        for call in (explainer.explain, lambda t: explainer.ablate_concepts(t, "vqlc", [0])):
+            with pytest.raises(ValueError) as e:
+                _in_time(call, text)
+            assert SENTENCES[case] in str(e.value), e.value
+            one_sentence(str(e.value))
         return
     ex = _in_time(explainer.explain, text)
     assert ex.prediction in explainer.classifier.class_names
     assert 0.0 < ex.confidence <= 1.0 and np.isfinite(ex.confidence)
     assert ex.truncated == (case == "100,000 characters")
-    for w in ex.words:  # every word is a real span of the input
-        assert 0 <= w["start"] < w["end"] <= len(text) and text[w["start"]:w["end"]].strip() == w["word"]
+    assert ex.words, "a text with known words gets words"
+    for w in ex.words:  # every word is a real span of the input, without control characters
+        span = CONTROL.sub(" ", text[w["start"]:w["end"]])
+        assert 0 <= w["start"] < w["end"] <= len(text) and span.strip() == w["word"]
+        assert not CONTROL.search(w["word"]), w
     for m, out in ex.methods.items():
         assert len(out["word_concepts"]) == len(ex.words)
     r = _in_time(explainer.ablate_concepts, text, "vqlc", [0, 1])
     assert r["prediction"] in explainer.classifier.class_names and np.isfinite(r["delta"])
+
+
+@pytest.mark.parametrize("value, phrase", [
+    (None, "must be a string, not NoneType."),
+    (42, "must be a string, not int."),
+    (0.5, "must be a string, not float."),
+    (b"a fine film", "must be a string, not bytes; decode it first"),
+    (bytearray(b"film"), "must be a string, not bytearray; decode it first"),
+    (["a", "fine", "film"], "must be a string, not list."),
+])
+def test_explaining_what_is_not_a_string_is_one_sentence(explainer, value, phrase):
+    for call in (explainer.explain, lambda v: explainer.ablate_concepts(v, "vqlc", [0])):
+        with pytest.raises(ValueError) as e:
+            _in_time(call, value)
+        assert phrase in str(e.value), e.value
+        one_sentence(str(e.value))
+
+
+@pytest.mark.parametrize("text, cleaned, notice", [
+    ("a fine film", "a fine film", None),
+    ("a\tfine\nfilm\r\n", "a\tfine\nfilm\r\n", None),
+    ("bad\x00 film\x07", "bad  film ", "2 control character(s) were replaced by spaces."),
+    ("\x1b[31mred\x7f\x85", " [31mred  ", "3 control character(s)"),
+    ("a \ud800 film \udfff", "a \ufffd film \ufffd", "2 character(s) that are not valid Unicode"),
+    ("😀 \ud83d", "😀 \ufffd", "1 character(s) that are not valid Unicode"),
+    ("x\ud800\x00", "x\ufffd ", "lone surrogates) were replaced by \ufffd. 1 control character(s)"),
+])
+def test_typed_text_is_cleaned_to_the_same_length_with_a_notice(text, cleaned, notice):
+    from vqlc_core.inputs import clean_input
+
+    got, note = clean_input(text)
+    assert got == cleaned and len(got) == len(text)
+    assert (note is None) if notice is None else (notice in note), note
+    got.encode("utf-8")  # nothing left that cannot be sent or shown
 
 
 @pytest.mark.parametrize("method, ids, phrase", [
@@ -188,7 +238,7 @@ def _truncate_shard(run):
     (["--limit", "3"], None, "at least 10"),
     (["--rebuild", "nope"], None, "invalid choice"),
     (["--run", "copy", *APPTEST_ARGS], _truncate_shard, "rerun with --rebuild extract"),
-    (["--run", "copy", *APPTEST_ARGS], _other_version, "expected format 2, got 99"),
+    (["--run", "copy", *APPTEST_ARGS], _other_version, "expected format 3, got 99"),
 ])
 def test_a_bad_command_line_is_one_sentence(apptest_run, tmp_path, args, damage, phrase):
     d = tmp_path
@@ -216,6 +266,107 @@ def test_a_bad_command_line_is_one_sentence(apptest_run, tmp_path, args, damage,
     assert len(errors) == 1, out.stderr
 
 
+# --- run names and a failed first build -----------------------------------------------------------
+
+def _scratch_cache(d: Path) -> Path:
+    """A cache under `d` that shares the project's downloads and models, with a finished-looking
+    run `keep` and a file beside the cache, so a test sees anything deleted or written."""
+    cache = d / "cache"
+    cache.mkdir()
+    for sub in ("downloads", "datasets", "models"):
+        (cache / sub).symlink_to(CACHE / sub, target_is_directory=True)
+    (cache / "runs" / "keep").mkdir(parents=True)
+    (cache / "runs" / "keep" / "manifest.json").write_text("{}")
+    (d / "beside.txt").write_text("not the cache's")
+    (d / "nocols.csv").write_text("body,y\nhello,1\nworld,0\n")
+    return cache
+
+
+def _tree(d: Path) -> dict[str, bytes | None]:
+    """Every path under `d` with its bytes (None for a folder or a link); linked folders are
+    listed, not entered."""
+    out = {}
+    for root, dirs, files in os.walk(d):
+        for n in dirs + files:
+            p = Path(root) / n
+            out[str(p.relative_to(d))] = p.read_bytes() if p.is_file() and not p.is_symlink() else None
+    return out
+
+
+# (command, --run, --force): each name would leave runs/ or make something no page lists
+BAD_NAMES = [
+    ("extract", "", False),
+    ("build", "", True),
+    ("train", ".", False),
+    ("build", "..", True),
+    ("build", "../escaped", False),
+    ("extract", "{abs}", False),
+    ("build", "a b/c", False),
+    ("train", "two\nlines", False),
+    ("build", "runs/keep", True),
+    ("extract", "~", False),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command, name, force", BAD_NAMES,
+                         ids=[f"{c} --run {n!r}{' --force' if f else ''}" for c, n, f in BAD_NAMES])
+def test_a_run_name_that_is_not_one_plain_folder_is_refused_before_anything_is_written(tmp_path, command, name,
+                                                                                        force):
+    cache = _scratch_cache(tmp_path)
+    name = name.replace("{abs}", str(tmp_path / "abs"))
+    before = _tree(tmp_path)
+    # The dataset file would fail the build at once: a name that got through fails another way.
+    out = run_cli(command, "--run", name, "--dataset", str(tmp_path / "nocols.csv"), "--cache-dir", str(cache),
+                  *(["--force"] if force else []))
+    assert out.returncode == 2, out.stderr
+    assert [line for line in out.stderr.splitlines() if line.strip()] == [out.stderr.strip()], out.stderr
+    assert "is not allowed" in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert _tree(tmp_path) == before
+
+
+def _finetune_none() -> list[str]:
+    """`--finetune none` where builds have a fine-tuning stage: these tests need no trained model."""
+    from vqlc_core.config import SECTIONS
+
+    return ["--finetune", "none"] if "finetune" in SECTIONS else []
+
+
+REVIEWS_CSV = "sentence,stars\n" + "".join(f"sentence number {i} is {'fine' if i % 2 else 'dull'},{i % 2}\n"
+                                          for i in range(40))
+
+
+# (first try, what fails, second try): the first build of run 'first' fails; the second, with
+# other settings, must build and take those settings
+FIRST_TRIES = [
+    (["--dataset", "{d}/s.csv"], "no text column 'text'",
+     ["--dataset", "{d}/s.csv", "--text-column", "sentence", "--label-column", "stars"]),
+    (["--dataset", "{d}/s.csv", "--text-column", "sentence"], "no label column 'label'",
+     ["--dataset", "{d}/s.csv", "--text-column", "sentence", "--label-column", "stars"]),
+    (["--dataset", "{d}/absent.csv"], "was not found",
+     ["--dataset", "{d}/s.csv", "--text-column", "sentence", "--label-column", "stars"]),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("first, phrase, then", FIRST_TRIES, ids=["wrong text column", "wrong label column",
+                                                                  "missing dataset file"])
+def test_a_failed_first_build_does_not_lock_its_name(tmp_path, first, phrase, then):
+    from vqlc_core.run import Run
+
+    cache = _scratch_cache(tmp_path)
+    (tmp_path / "s.csv").write_text(REVIEWS_CSV)
+    args = ["--run", "first", "--cache-dir", str(cache), *_finetune_none()]
+    out = run_cli("extract", *[a.replace("{d}", str(tmp_path)) for a in first], *args)
+    assert out.returncode == 2 and phrase in out.stderr, out.stderr
+    out = run_cli("extract", *[a.replace("{d}", str(tmp_path)) for a in then], *args)
+    assert out.returncode == 0, out.stderr
+    run = Run(cache / "runs" / "first")
+    assert run.manifest.is_complete("extract")
+    assert (run.cfg.data.dataset, run.cfg.data.text_column, run.cfg.data.label_column) == \
+        (str(tmp_path / "s.csv"), "sentence", "stars")
+
+
 # --- the Explain page ---------------------------------------------------------------------------
 
 @pytest.fixture
@@ -233,11 +384,18 @@ def test_the_explain_page_answers_any_text(cache_env, case):
     at.session_state["text"] = TEXTS[case]
     at.run()
     assert not at.exception, [e.value for e in at.exception]
-    assert not at.error, [e.value for e in at.error]
-    if case in EMPTY:
-        assert "Type a sentence" in at.info[0].value
-        return
-    assert next(m for m in at.metric if m.label == "Prediction").value in cache_env.class_names
     warnings = [w.value for w in at.warning]
+    # Typed text is cleaned, with a notice: a lone surrogate is shown as U+FFFD, a control character as a space.
+    assert any("not valid Unicode" in w for w in warnings) == (case == "lone surrogate")
+    assert any("control character(s) were replaced" in w for w in warnings) == ("NUL" in case or "control" in case)
+    if case in EMPTY:
+        assert not at.error, [e.value for e in at.error]
+        assert any("Type a sentence" in i.value for i in at.info)
+        return
+    if case in SENTENCES and case != "lone surrogate":
+        assert [e.value for e in at.error] == [at.error[0].value] and SENTENCES[case] in at.error[0].value
+        return
+    assert not at.error, [e.value for e in at.error]
+    assert next(m for m in at.metric if m.label == "Prediction").value in cache_env.class_names
     assert any("longer than the model's maximum length" in w for w in warnings) == (case == "100,000 characters")
     assert not any("<script" in m.value or "<img" in m.value for m in [*at.markdown, *at.caption])

@@ -108,7 +108,8 @@ def test_cost_table_has_one_row_per_method_and_leaves_missing_measures_empty():
     }}
     cost = browse.cost_table(measures)
     assert list(cost.columns) == ["method", "fit_time_s", "peak_rss_mb", "n_fit_rows", "perplexity", "dead_codes",
-                                  "mean_purity"]
+                                  "mean_purity", "test_prediction_distinct", "test_prediction_purity",
+                                  "test_prediction_largest_share"]
     assert cost["method"].tolist() == ["vqlc", "kmeans"]
     assert cost.set_index("method").at["vqlc", "dead_codes"] == 3
     assert cost.set_index("method")[["perplexity", "dead_codes"]].loc["kmeans"].isna().all()

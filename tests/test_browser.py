@@ -11,7 +11,6 @@ import time
 import zipfile
 
 import pytest
-from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import expect, sync_playwright
 
 from tests.conftest import ROOT
@@ -84,7 +83,8 @@ def open_page(pg, path: str, title: str) -> None:
 
 
 def metric_value(pg, label: str) -> str:
-    m = pg.locator('[data-testid="stMetric"]').filter(has=pg.locator('[data-testid="stMetricLabel"]', has_text=label))
+    named = pg.locator('[data-testid="stMetricLabel"]', has_text=re.compile("^" + re.escape(label)))
+    m = pg.locator('[data-testid="stMetric"]').filter(has=named)
     return m.locator('[data-testid="stMetricValue"]').inner_text().strip()
 
 
@@ -148,8 +148,8 @@ def test_explain_colours_every_word_and_shows_concept_cards(page):
     assert 0.0 < float(metric_value(page, "Confidence")) <= 1.0
     toggles = page.locator('[data-testid="stCheckbox"]').filter(has_text="Ablate")
     assert toggles.count() >= 1, "no concept card with an ablation toggle"
-    for i in range(toggles.count()):  # each toggle sits in a card: concept label, why, word cloud
-        card = toggles.nth(i).locator("xpath=ancestor::div[@data-testid='stVerticalBlock'][1]")
+    for i in range(toggles.count()):  # each toggle sits in a card: word cloud | concept label, why, toggle
+        card = toggles.nth(i).locator("xpath=ancestor::div[@data-testid='stVerticalBlock'][2]")
         assert re.match(r"c\d+: ", card.locator("strong").first.inner_text())
         assert card.locator('[data-testid="stImage"] img').count() == 1
 
@@ -173,18 +173,14 @@ def test_toggling_a_concept_changes_the_shown_confidence(page):
     assert toggles.first.locator("input").is_checked()
 
 
-def download(page, label: str, tries: int = 3):
-    """Click a download button and return the download. A download button reruns the page, and
-    a click that lands during the rerun is lost, so a click with no download is retried."""
-    for attempt in range(tries):
-        try:
-            with page.expect_download(timeout=20_000) as dl:
-                page.get_by_role("button", name=label).click()
-            return dl.value
-        except PlaywrightTimeout:
-            if attempt == tries - 1:
-                raise
-            idle(page)
+def download(page, label: str):
+    """Click a download button and return the download. The Case study's download buttons rerun
+    nothing (on_click="ignore"): a rerun started by the click used to race the zip being drawn,
+    and Streamlit drops a drawn file's answer still queued when a run starts, leaving the button
+    disabled (the flaky "element is not enabled"). So one click is enough, however fast the next."""
+    with page.expect_download(timeout=30_000) as dl:
+        page.get_by_role("button", name=label).click()
+    return dl.value
 
 
 def test_pin_and_download_a_case_study_file(page):
@@ -198,11 +194,10 @@ def test_pin_and_download_a_case_study_file(page):
     expect(page.get_by_role("heading", name=re.compile(r"^Pin 1: vqlc"))).to_be_visible()
     idle(page)
     files = {}
-    for label in ("Table (CSV)", "Everything (zip with report.md)"):
+    for label in ("Table (CSV)", "Everything (zip with report.md)", "Table (CSV)", "Everything (zip with report.md)"):
         t0 = time.perf_counter()
-        d = download(page, label)
+        d = download(page, label)  # at once after the previous one: no rerun is left to race
         print(f"\ndownload {label}: {time.perf_counter() - t0:.2f} s")
-        idle(page)  # a download button reruns the page; a click during the rerun is lost
         path = SHOTS / f"case_study_{d.suggested_filename}"
         SHOTS.mkdir(parents=True, exist_ok=True)
         d.save_as(path)
@@ -210,7 +205,7 @@ def test_pin_and_download_a_case_study_file(page):
     assert set(files) == {"case_study.csv", "case_study.zip"}
     assert SENTENCE in files["case_study.csv"].decode()
     bundle = zipfile.ZipFile(io.BytesIO(files["case_study.zip"]))
-    assert "report.md" in bundle.namelist() and bundle.read("report.md")
+    assert "report.md" in bundle.namelist() and b"From: run apptest, model minilm" in bundle.read("report.md")
 
 
 def test_html_in_the_input_is_shown_as_text_and_never_runs(page):
@@ -226,3 +221,45 @@ def test_html_in_the_input_is_shown_as_text_and_never_runs(page):
     assert page.locator('[data-testid="stMain"] script').count() == 0
     page.wait_for_timeout(500)  # let an onerror handler fire, if one was ever attached
     assert page.dialogs == []
+
+
+@pytest.mark.parametrize("height", [900, 560])
+def test_the_ablation_result_is_in_view_beside_each_toggle(page, height):
+    page.set_viewport_size({"width": 1400, "height": height})
+    open_page(page, "explain", "Explain a prediction")
+    explain(page, SENTENCE, "actors")
+    toggles = page.locator('[data-testid="stCheckbox"]').filter(has_text="Ablate")
+    result = page.locator('[data-testid="stMetric"]').filter(has_text="Ablated")
+    for i in range(toggles.count()):
+        toggles.nth(i).get_by_text("Ablate").click()
+        expect(result.filter(has_text=f"Ablated {i + 1}: prediction")).to_be_visible()
+        idle(page)
+        for what in (toggles.nth(i), result):  # both on screen at once: no scrolling between them
+            box = what.bounding_box()
+            assert box and 0 <= box["y"] and box["y"] + box["height"] <= height, (i, box)
+
+
+SET_TYPED = """([parts]) => {  // what a script or a paste can put in the box: any UTF-16, lone halves too
+    const box = document.querySelector('[data-testid="stTextArea"] textarea');
+    const setter = Object.getOwnPropertyDescriptor(HTMLTextAreaElement.prototype, 'value').set;
+    box.focus(); setter.call(box, String.fromCharCode(...parts));
+    box.dispatchEvent(new Event('input', {bubbles: true}));
+}"""
+
+
+@pytest.mark.parametrize("text, marker, shown, notice", [
+    ("a grim \ud800 film \udc00", "grim", "a grim \ufffd film \ufffd", None),
+    ("a bleak\x00 film\x07", "bleak", "a bleak  film ", "2 control character(s) were replaced by spaces."),
+], ids=["lone surrogates", "control characters"])
+def test_text_that_cannot_be_sent_as_typed_is_cleaned_and_explained(page, text, marker, shown, notice):
+    closed = []
+    page.on("websocket", lambda ws: ws.on("close", lambda _: closed.append(ws.url)))
+    open_page(page, "explain", "Explain a prediction")
+    page.evaluate(SET_TYPED, [[ord(c) if ord(c) < 0x10000 else 0 for c in text]])
+    page.locator('[data-testid="stTextArea"] textarea').press("Control+Enter")
+    expect(sentence(page)).to_contain_text(marker)  # the new input's result, not the previous one's
+    idle(page)
+    assert closed == [], "the connection to the server was closed"
+    assert page.locator('[data-testid="stTextArea"] textarea').input_value() == shown
+    if notice:
+        expect(page.get_by_text(notice)).to_be_visible()

@@ -1,5 +1,6 @@
 """The per-concept summary every method shares, on a hand-made token table: sizes, top words,
-class counts, dominant class and purity, examples, and the row of a concept with no members."""
+class counts, dominant class and purity, examples, and the row of a concept with no members;
+concept vectors and the mean from train rows only, and centred directions."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
+from vqlc_core.ablation import orthonormal_basis, project_out
 from vqlc_core.concepts import ConceptSet, summarize
+from vqlc_core.runio import RunError
 from vqlc_core.store import ArrayStore
 
 CLASSES = ["negative", "positive"]
@@ -88,3 +92,88 @@ def test_a_concept_set_holds_the_mean_state_of_each_concepts_members(table):
     assert np.allclose(cs.vectors[0], x[assignments == 0].mean(axis=0))
     assert np.allclose(cs.vectors[2], 0.0)  # no members
     assert cs.label(0) == "c0: good" and cs.label(3) == "c3: (prediction rows)"
+
+
+def split_store(x: np.ndarray, splits: list[str], assignments: np.ndarray, chunk_rows: int = 3) -> ArrayStore:
+    tokens = pd.DataFrame({"text_id": np.arange(len(x)), "word_index": 0, "word": [f"w{k}" for k in assignments],
+                           "kind": "word", "label": 0, "split": splits})
+    return ArrayStore(x, tokens, chunk_rows=chunk_rows)
+
+
+def test_test_rows_never_change_a_concept_vector_and_train_rows_do():
+    rng = np.random.default_rng(0)
+    assignments = np.array([0, 0, 1, 1, 0, 1, 2, 2, 0, 1])
+    splits = ["train", "train", "train", "test", "dev", "train", "train", "test", "test", "train"]
+    x = rng.normal(size=(10, 5)).astype(np.float32)
+    base = ConceptSet.from_assignments("kmeans", split_store(x, splits, assignments), assignments, 3, CLASSES)
+    moved = x.copy()
+    moved[[3, 4, 7, 8]] += 100.0  # every dev and test row
+    same = ConceptSet.from_assignments("kmeans", split_store(moved, splits, assignments), assignments, 3, CLASSES)
+    assert np.array_equal(base.vectors, same.vectors) and np.array_equal(base.mean, same.mean)
+    pd.testing.assert_frame_equal(base.summary, same.summary)
+    train = np.array(splits) == "train"
+    assert np.allclose(base.vectors[0], x[train & (assignments == 0)].mean(0))
+    assert np.allclose(base.mean, x[train].mean(0))
+    moved = x.copy()
+    moved[5] += 1.0  # one train row of concept 1
+    other = ConceptSet.from_assignments("kmeans", split_store(moved, splits, assignments), assignments, 3, CLASSES)
+    assert not np.allclose(base.vectors[1], other.vectors[1]) and not np.allclose(base.mean, other.mean)
+    assert np.array_equal(base.vectors[[0, 2]], other.vectors[[0, 2]])
+    assert np.array_equal(same.assignments, assignments)  # dev and test rows keep their concept
+
+
+def test_the_summary_counts_train_members_and_keeps_the_all_row_size(table):
+    tokens, assignments = table
+    tokens = tokens.assign(split=np.where(tokens["text_id"] == 2, "test", "train"))  # text 2: "GOOD" and a [PRED]
+    s = summarize(tokens, assignments, 4, CLASSES).set_index("concept")
+    assert s["size"].tolist() == [3, 2, 0, 2] and s["size_all"].tolist() == [4, 2, 0, 3]
+    assert json.loads(s.at[0, "class_counts"]) == {"positive": 1, "negative": 2}
+    examples = {tuple(e) for k in s.index for e in json.loads(s.at[k, "examples"])}
+    assert not any(t == 2 for t, _ in examples)  # a test sentence is never shown as a member
+
+
+def test_ablating_a_centred_direction_leaves_the_mean_untouched():
+    """Two concepts sit at m + u and m - u (u orthogonal to m): the train mean is m, the centred
+    directions are +-u, and projecting them out keeps m whole, while the uncentred vector
+    m + u takes most of m with it. Test rows far away change nothing."""
+    m, u = np.zeros(6, np.float32), np.zeros(6, np.float32)
+    m[0], u[1] = 3.0, 1.0
+    x = np.stack([m + u, m + u, m - u, m - u, m + 50 * u + 7, m - 9])
+    assignments = np.array([0, 0, 1, 1, 0, 1])
+    cs = ConceptSet.from_assignments("kmeans", split_store(x, ["train"] * 4 + ["test"] * 2, assignments),
+                                     assignments, 2, CLASSES)
+    assert np.allclose(cs.mean, m)
+    assert np.allclose(cs.directions([0, 1]), [u, -u]) and np.allclose(cs.directions([0], centred=False), m + u)
+    mean = torch.as_tensor(cs.mean)[None]
+    centred = project_out(mean, orthonormal_basis(cs.directions([0])))
+    uncentred = project_out(mean, orthonormal_basis(cs.directions([0], centred=False)))
+    assert torch.allclose(centred, mean, atol=1e-6)
+    assert float((mean - uncentred).norm()) > 0.9 * float(mean.norm())
+
+
+def test_a_concept_without_train_members_has_a_zero_direction(table):
+    tokens, assignments = table
+    x = np.arange(len(ROWS) * 3, dtype=np.float32).reshape(len(ROWS), 3)
+    cs = ConceptSet.from_assignments("kmeans", ArrayStore(x, tokens), assignments, 4, CLASSES)
+    assert np.array_equal(cs.directions([2]), np.zeros((1, 3))) and cs.directions([0, 1]).shape == (2, 3)
+
+
+def test_a_saved_concept_set_keeps_its_train_mean(table, tmp_path):
+    tokens, assignments = table
+    x = np.random.default_rng(0).normal(size=(len(ROWS), 3)).astype(np.float32)
+    cs = ConceptSet.from_assignments("kmeans", ArrayStore(x, tokens), assignments, 4, CLASSES)
+    cs.save(tmp_path / "c")
+    back = ConceptSet.load(tmp_path / "c", n_rows=len(ROWS), dim=3)
+    assert np.array_equal(back.mean, cs.mean) and np.array_equal(back.directions([0, 1]), cs.directions([0, 1]))
+    (tmp_path / "c" / "mean.npy").unlink()  # a set saved before the mean was kept
+    old = ConceptSet.load(tmp_path / "c")
+    assert np.array_equal(old.directions([0], centred=False), cs.vectors[[0]])
+    with pytest.raises(RunError, match="rebuild"):
+        old.directions([0])
+
+
+def test_concepts_need_train_rows(table):
+    tokens, assignments = table
+    x = np.zeros((len(ROWS), 3), np.float32)
+    with pytest.raises(ValueError, match="No train rows"):
+        ConceptSet.from_assignments("kmeans", ArrayStore(x, tokens.assign(split="test")), assignments, 4, CLASSES)

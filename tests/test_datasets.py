@@ -173,3 +173,51 @@ def test_an_unreadable_file_keeps_its_cause(tmp_path):
         load_dataset(_write(tmp_path, "broken.parquet", "not parquet at all"))
     assert info.value.__cause__ is not None
 
+
+
+@pytest.mark.parametrize("make, kwargs, flag", [
+    (lambda d: _write(d, "cols.csv", "body,label\nhi,1\nho,0\n"), {}, "--text-column"),
+    (lambda d: _write(d, "cols.csv", "text,y\nhi,1\nho,0\n"), {}, "--label-column"),
+    (lambda d: _write(d, "one.csv", "text,label\na,pos\nb,pos\n"), {}, "--label-column"),
+    (lambda d: _write(d, "ok.csv", "text,label\na,1\nb,0\nc,2\n"), {"limit": 2}, "--limit"),
+    (lambda d: "imdb", {}, "--dataset"),
+    (lambda d: _write(d, "big.csv", "text,label\n" + "a,1\nb,0\n" * 400), {"max_bytes": 1000}, None),
+])
+def test_a_message_names_the_flag_to_change_not_a_setting(tmp_path, make, kwargs, flag):
+    with pytest.raises(SourceError) as info:
+        load_dataset(make(tmp_path), **kwargs)
+    message = str(info.value)
+    assert flag is None or flag in message, message
+    assert "setting" not in message and "max_bytes" not in message, message
+
+
+# ---------------------------------------------------------------- cells as written
+
+LOOK_MISSING = ["NaN", "nan", "null", "NULL", "None", "NA", "N/A", "n/a", "#N/A", "<NA>", "-nan", "1.#IND", "007"]
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".parquet"])
+def test_a_text_or_label_that_looks_like_a_missing_value_is_kept_as_written(tmp_path, suffix):
+    labels = ["NA" if i % 2 else "None" for i in range(len(LOOK_MISSING))]
+    df = pd.DataFrame({"text": LOOK_MISSING, "label": labels})
+    path = tmp_path / f"words{suffix}"
+    if suffix == ".csv":
+        df.to_csv(path, index=False)
+    elif suffix == ".jsonl":
+        df.to_json(path, orient="records", lines=True)
+    else:
+        df.to_parquet(path, index=False)
+    ds = load_dataset(str(path))
+    assert ds.texts == LOOK_MISSING
+    assert ds.class_names == ["NA", "None"] and ds.labels.tolist() == [int(y == "None") for y in labels]
+
+
+@pytest.mark.parametrize("name, body, phrase", [
+    ("gap.csv", "text,label\nNaN,1\n,0\nnull,0\n", "1 of 3 rows .* have no text"),
+    ("gap.jsonl", '{"text": "NaN", "label": 1}\n{"text": null, "label": 0}\n{"text": "null", "label": 0}\n',
+     "1 of 3 rows .* have no text"),
+    ("nolabel.csv", "text,label\nNaN,1\nnull,\nNone,0\n", "1 of 3 rows .* have no label"),
+])
+def test_only_an_empty_cell_is_missing(tmp_path, name, body, phrase):
+    with pytest.raises(SourceError, match=phrase):
+        load_dataset(_write(tmp_path, name, body))

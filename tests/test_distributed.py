@@ -85,7 +85,7 @@ def test_rank_0_writes_the_manifest_and_no_extraction_part_is_left(runs):
         ["texts", "extract", "fitset", "vqlc"]
     assert manifest["stages"]["vqlc"]["used_concepts"] > 0  # rank 0's record, not an empty one
     assert manifest["class_names"] == ["negative", "positive"]
-    assert sorted(p.name for p in (runs / "two" / "store").iterdir()) == ["store.json", "tokens.parquet",
+    assert sorted(p.name for p in (runs / "two" / "store").iterdir()) == ["final.npy", "store.json", "tokens.parquet",
                                                                         "vectors_00000.npy"]
     assert not list((runs / "two").rglob("*.tmp"))
 

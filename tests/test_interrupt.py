@@ -1,7 +1,7 @@
 """An interrupted build resumes to the very run an uninterrupted build writes.
 
-`python -m vqlc_core build` is killed with SIGKILL at seven points (a stage's first file, the
-middle of extraction, of the classifier, of VQLC's training, of evaluation, ...), rerun each
+`python -m vqlc_core build` is killed with SIGKILL at eight points (a stage's first file, a
+fine-tuning checkpoint, the middle of extraction, of the classifier, of VQLC's training, of evaluation, ...), rerun each
 time, and between kills half-written files are planted (a stray `.tmp`, a truncated shard and a
 truncated table that no completion record vouches for). The final run is compared with a
 reference build that ran beside it, uninterrupted.
@@ -32,11 +32,12 @@ pytestmark = pytest.mark.slow
 
 ARGS = ["--limit", "120", "--n-concepts", "10", "--faithfulness-texts", "10", "--chunk-texts", "30"]
 METHODS = ("vqlc", "kmeans", "lacoat")
-TIMEOUT = 240  # s for one process; a hang fails the test
+TIMEOUT = 400  # s for one process; a hang fails the test
 
 # (name, what stdout must show or which file must appear, seconds to wait after it)
 KILLS = [
     ("texts.parquet written", "file:texts.parquet", 0.0),
+    ("fine-tune: the first epoch's checkpoint written", "file:finetune/checkpoint/*", 0.0),
     ("extract: first chunk part written", "file:store/parts/*.npy", 0.0),
     ("classifier running", "[classifier] running", 1.0),
     ("vqlc: a training checkpoint written", "file:methods/vqlc/checkpoint/*", 0.0),
@@ -110,6 +111,8 @@ def _same(a: Path, b: Path) -> None:
     pd.testing.assert_frame_equal(pd.read_parquet(a / "store/tokens.parquet"), pd.read_parquet(b / "store/tokens.parquet"))
     pd.testing.assert_frame_equal(pd.read_parquet(a / "texts.parquet"), pd.read_parquet(b / "texts.parquet"))
     assert np.array_equal(np.load(a / "fitset.npy"), np.load(b / "fitset.npy")), "fit sets differ"
+    fa, fb = load_file(str(a / "finetune/model.safetensors")), load_file(str(b / "finetune/model.safetensors"))
+    assert fa.keys() == fb.keys() and all(np.array_equal(fa[k], fb[k]) for k in fa), "fine-tuned weights differ"
     ha, hb = load_file(str(a / "classifier/head.safetensors")), load_file(str(b / "classifier/head.safetensors"))
     for k in ha:
         np.testing.assert_allclose(ha[k], hb[k], atol=1e-5, err_msg=f"classifier {k}")
@@ -122,7 +125,7 @@ def _same(a: Path, b: Path) -> None:
     pd.testing.assert_frame_equal(fa, fb, check_exact=False, atol=1e-5)
 
 
-def test_a_build_killed_at_seven_points_resumes_to_the_uninterrupted_run(tmp_path):
+def test_a_build_killed_at_eight_points_resumes_to_the_uninterrupted_run(tmp_path):
     cache = _cache(tmp_path / "cache")
     t0 = time.monotonic()
     reference = _start(cache, "reference")  # beside the interrupted one: one thread each

@@ -1,10 +1,11 @@
-"""Tests of the fit measures: R², codebook perplexity, dead codes, assignment AMI."""
+"""Tests of the fit measures: R², centroid R², codebook perplexity and use, dead codes, assignment AMI."""
 
 import numpy as np
 import pytest
 import torch
 
-from vqlc_core.metrics import R2Accumulator, assignment_ami, codebook_perplexity, dead_codes, r2_score
+from vqlc_core.metrics import (R2Accumulator, assignment_ami, centroid_r2, codebook_perplexity, codebook_use,
+                               dead_codes, r2_score)
 
 
 def test_a_perfect_reconstruction_has_r2_one_and_the_mean_has_r2_zero():
@@ -47,3 +48,23 @@ def test_ami_is_one_for_the_same_partition_under_other_labels():
     assert assignment_ami(a, np.array([5, 5, 3, 3, 9, 9])) == pytest.approx(1.0)
     assert assignment_ami(a, np.array([0, 1, 0, 1, 0, 1])) < 0.1
 
+
+
+def test_centroid_r2_streams_the_reconstruction_of_rows_by_their_concept_vector():
+    from vqlc_core.store import ArrayStore
+
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(40, 5)).astype(np.float32)
+    a = rng.integers(4, size=40)
+    vectors = np.stack([x[a == k].mean(0) for k in range(4)])
+    rows = np.arange(3, 40, 2)
+    got = centroid_r2(ArrayStore(x, chunk_rows=7), rows, a, vectors)
+    assert got == pytest.approx(r2_score(x[rows], vectors[a[rows]]), rel=1e-6)
+    assert centroid_r2(ArrayStore(x), None, np.arange(40) % 40, x) == pytest.approx(1.0)  # each row its own concept
+    assert 0 < centroid_r2(ArrayStore(x), None, a, vectors) < 0.5  # four centroids of noise explain little
+
+
+def test_codebook_use_counts_used_and_dead_codes():
+    use = codebook_use(np.array([0, 0, 2, 5]), 6)
+    assert (use["used_codes"], use["dead_codes"]) == (3, 3)
+    assert use["perplexity"] == pytest.approx(codebook_perplexity(np.array([0, 0, 2, 5]), 6))

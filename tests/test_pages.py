@@ -7,6 +7,8 @@ from __future__ import annotations
 import base64
 import io
 import json
+import re
+import shlex
 import time
 import zipfile
 
@@ -131,7 +133,9 @@ def test_compare_shows_the_three_methods_and_the_faithfulness_table(cache_env):
     assert [s.value for s in at.subheader] == ["kmeans", "lacoat", "vqlc"]
     assert len(html_bodies(at)) == 3
     faith = at.dataframe[0].value
-    assert set(faith["method"]) == {"kmeans", "lacoat", "vqlc"}
+    assert set(faith["method"]) == {"control", "kmeans", "lacoat", "vqlc"}
+    assert {"global mean", "random direction", "random concept", "prediction concept"} <= set(faith["target"])
+    assert (faith["conf_drop_low"] <= faith["mean_conf_drop"]).all() and "mean_energy" in faith
     assert len(plotly_specs(at)) == 2
 
 
@@ -141,10 +145,18 @@ def test_a_pin_from_explain_reaches_the_case_study_with_its_exports(cache_env):
     at.button(key="pin_explain").click().run()
     pins = at.session_state["pins"]
     assert len(pins) == 1 and pins[0]["text"] == SENTENCE and pins[0]["concepts"]
+    assert {k: pins[0][k] for k in ("run", "model", "layer", "method", "seed")} == \
+        {"run": RUN, "model": "minilm", "layer": cache_env.layer, "method": "vqlc", "seed": 0}
+    at.button(key="pin_explain").click().run()  # the same input again
+    assert len(at.session_state["pins"]) == 1
+    assert any("Already pinned" in t.value for t in at.toast)
 
     cs = rendered(page("case_study", pins=pins), "case_study (one pin)")
     labels = {b.label for b in cs.get("download_button")}
     assert {"Table (CSV)", "Table (LaTeX)", "Everything (zip with report.md)", "Ablation PNG", "Sentence SVG"} <= labels
+    # A download reruns nothing: a rerun would race the deferred zip (tests/test_browser.py).
+    assert all(b.proto.ignore_rerun for b in cs.get("download_button"))
+    assert any("run apptest, model minilm" in c.value for c in cs.caption)
     assert len(cs.dataframe[0].value) == len(pins[0]["concepts"])
     bundle = zipfile.ZipFile(io.BytesIO(report.bundle(pins)))
     assert "report.md" in bundle.namelist()
@@ -169,3 +181,92 @@ def test_a_broken_run_is_one_sentence_not_a_traceback(tmp_path, monkeypatch):
     at.run()
     assert not at.exception
     assert f"expected format {FORMAT_VERSION}, got 99" in at.error[0].value
+
+
+# --- a run that is not finished: the command the page suggests carries the run's own settings ---
+
+def _parsed(command: str):
+    """The configuration the command line builds from `command` (`vqlc build ...`)."""
+    from vqlc_core.cli import config_from_args, parser
+
+    words = shlex.split(command)
+    assert words[:2] == ["vqlc", "build"], command
+    return config_from_args(parser().parse_args(words[1:]))
+
+
+@pytest.mark.parametrize("name, kw", [
+    ("default", {}),
+    ("default", {"run": "r1", "limit": 300, "n_concepts": 20, "faithfulness_texts": 20}),
+    ("decoder-bbc", {"run": "r2", "limit": 300}),
+    ("decoder", {"run": "r3", "layer": 5, "pooling": "mean", "aggregation": "mean", "dtype": "float32"}),
+    ("default", {"run": "r4", "dataset": "/data/my reviews.csv", "text_column": "sentence", "label_column": "stars",
+                 "methods": ("vqlc", "kmeans"), "seed": 3, "vqlc_beta": 0.5, "cache_dir": "/tmp/a cache"}),
+])
+def test_the_suggested_build_command_carries_the_runs_own_settings(monkeypatch, name, kw):
+    from vqlc_core.browse import build_command
+    from vqlc_core.config import preset
+
+    monkeypatch.delenv("VQLC_CACHE_DIR", raising=False)
+    cfg = preset(name, **kw)
+    command = build_command(cfg)
+    assert ("--preset " + name in command) == (name != "default")
+    assert _parsed(command).flat() == cfg.flat()
+
+
+def _first_try_failed(cache):
+    """Run 'half' after a first build that failed in its first stage (a wrong text column)."""
+    from vqlc_core.config import preset
+    from vqlc_core.pipeline import build
+    from vqlc_core.runio import RunError
+
+    data = cache / "reviews.csv"
+    data.parent.mkdir(parents=True, exist_ok=True)
+    data.write_text("sentence,label\n" + "".join(f"text {i},{i % 2}\n" for i in range(20)))
+    with pytest.raises(RunError, match="no text column"):
+        build(preset("default", run="half", dataset=str(data), limit=10, cache_dir=cache))
+    return cache / "runs" / "half"
+
+
+def _no_classifier_yet(cache, request):
+    """A copy of the apptest run whose stages after 'extract' are not finished."""
+    from tests.runcopy import sealed_copy
+
+    run = sealed_copy(request.getfixturevalue("apptest_run").dir, cache, name="half")
+    for stage in list(run.manifest.data["stages"]):
+        if stage not in ("texts", "extract"):
+            run.manifest.data["stages"].pop(stage)
+    run.manifest.save()
+    return run.dir
+
+
+@pytest.mark.parametrize("make, phrase", [
+    (lambda cache, request: _first_try_failed(cache), "has no finished stage yet"),
+    (_no_classifier_yet, "has no finished 'classifier' stage yet"),
+], ids=["first build failed", "no classifier yet"])
+def test_a_half_built_run_is_shown_with_a_command_that_finishes_it(request, tmp_path, monkeypatch, make, phrase):
+    from vqlc_core.run import Run
+
+    run_dir = make(tmp_path, request)
+    monkeypatch.setenv("VQLC_CACHE_DIR", str(tmp_path))
+    at = page("explain", text=SENTENCE)
+    at.session_state["run"] = "half"
+    at.run()
+    assert not at.exception and not at.error
+    (warning,) = [w.value for w in at.warning]
+    assert phrase in warning, warning
+    command = re.search(r"`(vqlc build [^`]*)`", warning).group(1)
+    monkeypatch.delenv("VQLC_CACHE_DIR")
+    assert _parsed(command).flat() == Run(run_dir).rebuild_config().flat()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["concepts", "explain"])
+def test_a_concept_whose_cloud_cannot_be_drawn_shows_its_words(cache_env, monkeypatch, name):
+    monkeypatch.setattr("vqlc_core.wordclouds.concept_cloud", lambda *a, **k: None)
+    at = rendered(page(name, text=SENTENCE), f"{name} (no word clouds)")
+    assert not at.get("image"), "a word cloud was shown"
+    cs = cache_env.concept_set("vqlc")
+    shown = {c.value for c in at.caption}
+    word_concepts = [k for k in range(cs.n_concepts) if cs.top_words(k, 1)]
+    lists = [k for k in word_concepts if ", ".join(w for w, _ in cs.top_words(k, 15)).replace(".", "\\.") in shown]
+    assert len(lists) >= (2 if name == "concepts" else 1), shown

@@ -3,7 +3,7 @@
 import torch
 
 from vqlc_core.distributed import _noop
-from vqlc_core.vq import EMACodebook, VQModel, farthest_first, squared_distances
+from vqlc_core.vq import EMACodebook, VQModel, farthest_first, orthogonality_penalty, squared_distances
 
 
 def _min_dist_to(chosen: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -86,7 +86,26 @@ def test_dead_codes_are_reseeded_with_the_largest_error_encodings_in_order():
     assert torch.equal(cb.embed[1], z[1])  # largest error: 7 from code 0
     assert torch.equal(cb.embed[3], z[3])  # next largest: 5 from code 0
     assert torch.equal(cb.embed[[0, 2]], torch.tensor([[0.0, 0.0], [1.0, 0.0]]))
-    assert (cb.cluster_size >= 0.5).all()
+    share = (1.0 + 0.1 + 1.0 + 0.2) / 4  # the uniform share of the counts before the re-seeding
+    assert torch.allclose(cb.cluster_size[[1, 3]], torch.tensor([share, share]))
+    assert torch.allclose(cb.embed_avg[[1, 3]], z[[1, 3]] * share)
+
+
+def test_a_reseeded_code_survives_a_batch_in_which_it_gets_no_rows():
+    cb = EMACodebook(4, 2, decay=0.9, dead_threshold=0.5)
+    cb.init_(torch.tensor([[0.0, 0.0], [100.0, 100.0], [1.0, 0.0], [0.0, 1.0]]), count=1.0)
+    cb.cluster_size[1] = 0.1  # code 1 is dead
+    z = torch.tensor([[0.1, 0.0], [0.0, 9.0], [0.9, 0.0]])
+    assert cb.replace_dead_codes_(z, cb(z)[2]) == 1
+    reseeded = cb.embed[1].clone()
+    assert torch.equal(reseeded, z[1])
+    empty = torch.tensor([[0.0, 0.1], [1.0, 0.1]])  # no row goes to the re-seeded code
+    _, idx, dists = cb(empty)
+    assert not (idx == 1).any()
+    cb.ema_update_(empty, idx)
+    assert cb.replace_dead_codes_(empty, dists) == 0
+    assert cb.cluster_size[1] >= cb.dead_threshold
+    assert torch.allclose(cb.embed[1], reseeded, rtol=1e-4)
 
 
 def test_no_code_is_replaced_when_none_is_dead():
@@ -107,6 +126,34 @@ def test_the_straight_through_gradient_reaches_the_encoder():
     assert model.encoder.proj.weight.grad.abs().sum() > 0
     assert model.encoder.fc1.weight.grad.abs().sum() > 0
     assert model.codebook.embed.grad is None
+
+
+def test_the_orthogonality_penalty_is_the_mean_squared_deviation_of_squared_singular_values():
+    gen = torch.Generator().manual_seed(0)
+    q, _ = torch.linalg.qr(torch.randn(6, 6, generator=gen))
+    assert orthogonality_penalty(q) < 1e-10
+    assert orthogonality_penalty(q[:, :4]) < 1e-10 and orthogonality_penalty(q[:4]) < 1e-10  # either side
+    for w in (torch.randn(6, 6, generator=gen), torch.randn(6, 3, generator=gen), torch.randn(3, 6, generator=gen)):
+        sv = torch.linalg.svdvals(w)
+        assert torch.isclose(orthogonality_penalty(w), (sv**2 - 1).pow(2).mean(), rtol=1e-4)
+
+
+def test_the_loss_adds_the_weighted_penalty_on_the_encoder_projection_only_when_weighted():
+    h = torch.randn(16, 6, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    off = VQModel(6, n_codes=4, hidden=8)
+    torch.manual_seed(0)
+    on = VQModel(6, n_codes=4, hidden=8, ortho_weight=2.0)
+    with torch.no_grad():
+        for model in (off, on):
+            model.encoder.proj.weight.mul_(1.5)
+            model.codebook.init_(model.encoder(h)[:4])
+    a, b = off(h), on(h)
+    assert a.ortho == 0 and torch.equal(a.loss, a.rec + 0.25 * a.commit)
+    expected = orthogonality_penalty(on.encoder.proj.weight)
+    assert torch.isclose(b.ortho, expected) and torch.isclose(b.loss, a.loss + 2.0 * expected)
+    b.ortho.backward()
+    assert on.encoder.proj.weight.grad.abs().sum() > 0 and on.decoder.proj.weight.grad is None
 
 
 def test_encoder_starts_as_the_identity_with_a_small_gate():

@@ -197,6 +197,31 @@ def test_predict_with_the_wrong_width_is_refused(fitted):
         fitted.predict(np.zeros((2, 5), np.float32))
 
 
+def test_the_orthogonality_penalty_keeps_the_projection_near_an_isometry(fitted, store):
+    sv = torch.linalg.svdvals(fitted.model_.encoder.proj.weight.detach())
+    assert fitted.ortho_weight > 0 and 0.9 < sv.min() and sv.max() < 1.1
+    assert fitted.history_[-1]["ortho"] < 1e-2  # the penalty's mean over the last epoch
+    free = VQLC(**SMALL, ortho_weight=0.0).fit(store)
+    sv_free = torch.linalg.svdvals(free.model_.encoder.proj.weight.detach())
+    assert sv_free.max() > 1.3  # without the penalty P stretches within three epochs
+
+
+def test_a_negative_orthogonality_weight_is_refused(store):
+    with pytest.raises(ValueError, match="ortho_weight must be >= 0"):
+        VQLC(**SMALL, ortho_weight=-1.0).fit(store)
+
+
+def test_codebook_use_is_measured_on_the_rows_given(fitted, store):
+    X = store.read(np.arange(store.n_rows))
+    assign = fitted.predict(X)
+    one = np.flatnonzero(assign == assign[0])  # the rows of one code
+    some = fitted.score_store(store, one)
+    assert some["perplexity"] == pytest.approx(1.0) and some["dead_codes"] == fitted.n_concepts - 1
+    every = fitted.score_store(store)
+    assert every["dead_codes"] == int((np.bincount(assign, minlength=fitted.n_concepts) == 0).sum())
+    assert every["perplexity"] > 6
+
+
 def test_the_streamed_measures_describe_a_good_fit(fitted, store):
     m = vqlc_measures(fitted, store)
     assert set(m) == {"r2", "r2_normalized", "perplexity", "dead_codes"}

@@ -1,10 +1,11 @@
 """Concept word clouds: a real PNG for real words, drawn once and read from the run's ui/ folder
-after, and no cloud (and no crash) for a concept without words."""
+after, and no cloud (and no crash) for a concept without words or one the library cannot draw."""
 
 from __future__ import annotations
 
 import io
 import json
+import logging
 
 from PIL import Image
 
@@ -43,3 +44,12 @@ def test_other_top_words_get_a_new_cloud(tmp_path):
 def test_a_concept_without_words_has_no_cloud(tmp_path):
     assert concept_cloud(tmp_path, "vqlc", 0, "[]") is None
     assert not (tmp_path / "ui").exists()
+
+
+def test_a_concept_whose_cloud_cannot_be_drawn_has_no_cloud_and_logs_why(tmp_path, caplog):
+    # Whole sentences taken for words (a tokenizer that never splits) leave the library no room.
+    sentences = json.dumps([["word " * 60, 3], ["other " * 60, 2]])
+    with caplog.at_level(logging.DEBUG, logger="vqlc_core.wordclouds"):
+        assert concept_cloud(tmp_path, "vqlc", 2, sentences) is None
+    assert "Couldn't find space to draw" in caplog.text
+    assert not list(tmp_path.rglob("*.png"))

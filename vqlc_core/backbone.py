@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
 import torch
 from torch import nn
 
+from .alignment import Aligner, WordSpan
 from .models import load_model, prepare
 from .config import AGGREGATIONS, POOLINGS  # noqa: F401 (re-exported)
 from .runio import RunError
@@ -48,28 +48,19 @@ def _replace_hidden(output, hidden):
     return (hidden,) + tuple(output[1:]) if isinstance(output, tuple) else hidden
 
 
-@dataclass
-class WordSpan:
-    """One word of a text: its characters, its position in the text and its token positions."""
-
-    word: str
-    start: int
-    end: int
-    tokens: list[int]
-
-
 class Backbone:
     """A frozen Hugging Face model with word-aligned tokenization and layer-l access."""
 
     def __init__(self, tokenizer, model: nn.Module, kind: str, pooling: str, max_length: int = 256,
                  name: str = "", is_classifier: bool = False):
         if not getattr(tokenizer, "is_fast", False):
-            raise RunError("vqlc needs a fast tokenizer (word alignment comes from its word ids).")
+            raise RunError("vqlc needs a fast tokenizer (word alignment reads its offsets and word ids).")
         if pooling not in POOLINGS:
             raise RunError(f"Unknown pooling '{pooling}'; choose one of {', '.join(POOLINGS)}.")
         self.tokenizer, self.model, self.kind, self.pooling = tokenizer, model, kind, pooling
         self.max_length, self.name, self.is_classifier = max_length, name, is_classifier
         self.add_bos = prepare(tokenizer, model, kind)  # frozen, eval mode, padded on the right
+        self.aligner = Aligner(tokenizer)  # word ids, or word-start markers where they name no words
         self.lock = threading.RLock()  # hooks act on the shared model: one pass at a time
         self.blocks = find_blocks(model)
         self.base = self._base_model(model)
@@ -108,33 +99,9 @@ class Backbone:
         enc = self.tokenizer(texts, return_tensors="pt", padding=True, truncation=True,
                              max_length=self.max_length, return_offsets_mapping=True)
         shift = len(self.tokenizer.bos_token) if self.add_bos else 0
-        words = [self._words(enc, i, texts[i], shift) for i in range(len(texts))]
+        words = [self.aligner.words(enc, i, texts[i], shift) for i in range(len(texts))]
         enc.pop("offset_mapping")
         return enc, words
-
-    def _words(self, enc, i: int, text: str, shift: int) -> list[WordSpan]:
-        spans: dict[int, WordSpan] = {}
-        offsets = enc["offset_mapping"][i].tolist()
-        special = set(self.tokenizer.all_special_ids)
-        ids = enc["input_ids"][i].tolist()
-        for pos, wid in enumerate(enc.word_ids(i)):
-            if wid is None or ids[pos] in special:
-                continue
-            s, e = offsets[pos]
-            if e <= s or e <= shift:
-                continue
-            sp = spans.get(wid)
-            if sp is None:
-                spans[wid] = WordSpan("", s, e, [pos])
-            else:
-                sp.start, sp.end = min(sp.start, s), max(sp.end, e)
-                sp.tokens.append(pos)
-        out = []
-        for sp in spans.values():
-            word = text[sp.start : sp.end].strip()
-            if word:
-                out.append(WordSpan(word, sp.start - shift, sp.end - shift, sp.tokens))
-        return out
 
     # --- forward passes -----------------------------------------------------------------
     @torch.inference_mode()

@@ -1,7 +1,7 @@
 """What the dashboard shows, as plain data: a stable colour per concept, the concepts that hold
 a word, a concept's member contexts with the word located in its sentence, pages of a concept
 grid, the concepts an explanation puts forward, HTML for a sentence whose words are coloured by
-concept, and the methods' cost table.
+concept, the methods' cost table, case-study pins, and the command that builds a run as it is.
 
 Every piece of text that reaches HTML here goes through `html.escape`; the pages only render.
 """
@@ -11,12 +11,15 @@ from __future__ import annotations
 import colorsys
 import html
 import json
+import shlex
+from dataclasses import fields
 
 import numpy as np
 import pandas as pd
 
 _GOLDEN = 0.618033988749895  # successive concept ids get well-separated hues
-COST_COLUMNS = ["method", "fit_time_s", "peak_rss_mb", "n_fit_rows", "perplexity", "dead_codes", "mean_purity"]
+COST_COLUMNS = ["method", "fit_time_s", "peak_rss_mb", "n_fit_rows", "perplexity", "dead_codes", "mean_purity",
+                "test_prediction_distinct", "test_prediction_purity", "test_prediction_largest_share"]
 
 
 # --- colours and HTML ------------------------------------------------------------------------
@@ -129,8 +132,10 @@ def class_distribution(summary_row) -> pd.DataFrame:
 
 
 def cost_table(measures: dict) -> pd.DataFrame:
-    """One row per method of the evaluation's measures: fit time, peak memory, fit rows and
-    codebook use (perplexity, dead codes, mean purity); a measure a method lacks is missing."""
+    """One row per method of the evaluation's measures: fit time, peak memory, fit rows,
+    codebook use (perplexity, dead codes, mean purity) and how the test split's prediction
+    representations fall into concepts (distinct concepts, their purity, the largest one's
+    share); a measure a method lacks is missing."""
     rows = [{"method": m, **{k: v.get(k) for k in COST_COLUMNS[1:]}} for m, v in measures.get("methods", {}).items()]
     return pd.DataFrame(rows, columns=COST_COLUMNS)
 
@@ -160,10 +165,20 @@ def word_labels(explanation: dict, method: str, label_of) -> dict[int, str]:
     return {k: label_of(k) for k in set(explanation["methods"][method]["word_concepts"])}
 
 
-def make_pin(explainer, text: str, method: str, n_prediction: int = 1) -> dict:
-    """A case-study record of one input under one method: the prediction, every word with its
-    concept, and each shown concept with the effect of ablating it alone (delta = new minus old
-    probability of the predicted class). Plain data, ready for `report`."""
+PROVENANCE = ("run", "model", "layer", "method", "seed")  # what a figure in a paper must say it shows
+
+
+def provenance(run, method: str) -> dict:
+    """Where an explanation comes from: the run's name, model, layer and seed, and the method."""
+    return {"run": run.dir.name, "model": run.cfg.extract.model, "layer": int(run.layer), "method": method,
+            "seed": int(run.cfg.seed)}
+
+
+def make_pin(explainer, text: str, method: str, n_prediction: int = 1, *, source: dict | None = None) -> dict:
+    """A case-study record of one input under one method: its provenance (`source`, see
+    `provenance`), the prediction, every word with its concept, and each shown concept with the
+    effect of ablating it alone (delta = new minus old probability of the predicted class).
+    Plain data, ready for `report`."""
     ex = explainer.explain(text).to_dict()
     concepts = explainer.methods[method][1]
     shown = []
@@ -171,7 +186,64 @@ def make_pin(explainer, text: str, method: str, n_prediction: int = 1) -> dict:
         r = explainer.ablate_concepts(text, method, [c["concept"]])
         shown.append({**c, "delta": r["delta"], "new_prediction": r["prediction"], "new_confidence": r["confidence"]})
     ids = ex["methods"][method]["word_concepts"]
-    return {"text": text, "method": method, "prediction": ex["prediction"], "confidence": ex["confidence"],
-            "words": [{**w, "concept": int(k)} for w, k in zip(ex["words"], ids)],
+    return {**(source or {}), "text": text, "method": method, "prediction": ex["prediction"],
+            "confidence": ex["confidence"], "words": [{**w, "concept": int(k)} for w, k in zip(ex["words"], ids)],
             "labels": {int(k): concepts.label(int(k)) for k in set(ids) | {c["concept"] for c in shown}},
             "concepts": shown}
+
+
+def find_pin(pins: list[dict], run: str, method: str, text: str) -> int | None:
+    """The index of the pin of `text` under `method` from run `run` in `pins`, or None: the same
+    input is pinned once per run and method."""
+    return next((i for i, p in enumerate(pins) if (p.get("run"), p["method"], p["text"]) == (run, method, text)), None)
+
+
+# --- runs --------------------------------------------------------------------------------------
+
+def build_command(cfg) -> str:
+    """The `vqlc build` command line that builds, or finishes, a run with configuration `cfg`
+    (a `BuildConfig`, e.g. `Run.rebuild_config()`): the preset nearest to it, the run's name,
+    each option that differs from that preset, and the cache folder when it is not ./cache."""
+    from .config import PRESETS, SECTIONS, flag_of
+
+    want = cfg.flat()
+    options = {"seed"} | {f.name for s in SECTIONS.values() for f in fields(s) if f.metadata.get("cli", True)}
+
+    def differ(name: str) -> list[str]:
+        have = PRESETS[name].flat()
+        return [k for k in want if k in options and want[k] != have.get(k) and want[k] is not None]
+
+    preset = min(PRESETS, key=lambda name: (len(differ(name)), name != "default"))
+    words = ["vqlc", "build"] + (["--preset", preset] if preset != "default" else []) + ["--run", cfg.run]
+    for key in differ(preset):
+        value = want[key]
+        words += [flag_of(key), *(map(str, value) if isinstance(value, list) else [str(value)])]
+    if str(cfg.cache_dir) != "cache":
+        words += ["--cache-dir", str(cfg.cache_dir)]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def precompute_clouds(run, method: str, n: int | None = None) -> int:
+    """Draw and store the word clouds of `method`'s concepts (those with words, the first `n` in
+    the Concepts grid's order; all when None), so no page draws one on a first visit. Returns how
+    many were drawn now (a cloud already stored is kept). Meant for the build's `maps` stage."""
+    from .wordclouds import cloud_path, concept_cloud
+
+    summary = run.concept_set(method).summary
+    drawn = 0
+    for k in [int(k) for k in summary.loc[summary["size"] > 0, "concept"]][:n]:
+        words = summary.at[k, "top_words"]
+        if not cloud_path(run.dir, method, k, words).exists():
+            drawn += concept_cloud(run.dir, method, k, words) is not None
+    return drawn
+
+
+def unfinished_message(run, stage: str) -> str:
+    """What the dashboard says of a run that lacks a finished `stage`: the command that finishes
+    it with the run's own settings (a run with no finished stage yet may take other ones)."""
+    cmd = build_command(run.rebuild_config())
+    if not any(v.get("state") == "complete" for v in run.manifest.data["stages"].values()):
+        return (f"Run '{run.dir.name}' has no finished stage yet: its first build stopped early. Build it with "
+                f"`{cmd}`, changing what made it stop, or choose another run.")
+    return (f"Run '{run.dir.name}' has no finished '{stage}' stage yet; finish it with `{cmd}` or choose "
+            "another run.")

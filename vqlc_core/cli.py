@@ -1,4 +1,4 @@
-"""Command line: `vqlc {extract,train,build,runs}` (also `python -m vqlc_core ...`, and under
+"""Command line: `vqlc {extract,train,build,report,runs}` (also `python -m vqlc_core ...`, and under
 `torchrun ... -m vqlc_core extract|train`; see the README, "Running on several machines").
 
 The options are generated from the config dataclasses (`config.py`), so their defaults and help
@@ -23,13 +23,13 @@ log = logging.getLogger("vqlc_core")
 
 # command -> (help, the config sections it takes, the stages it runs; None = all)
 COMMANDS = {
-    "extract": ("load the data and write the activation store (stages texts, extract)", ("data", "extract"),
-                ["texts", "extract"]),
-    "train": ("extract if needed, then train VQLC on the fit set", ("data", "extract", "fitset", "methods"),
-              ["texts", "extract", "fitset", "vqlc"]),
+    "extract": ("load the data, fine-tune the model and write the activation store (stages texts, finetune, "
+                "extract)", ("data", "finetune", "extract"), ["texts", "finetune", "extract"]),
+    "train": ("extract if needed, then train VQLC on the fit set", ("data", "finetune", "extract", "fitset", "methods"),
+              ["texts", "finetune", "extract", "fitset", "vqlc"]),
     "build": ("the whole run: extract, classifier, every method, evaluation, maps", tuple(SECTIONS), None),
 }
-TITLES = {"data": "data", "extract": "extraction (the explainer uses the same settings)", "fitset": "fit set",
+TITLES = {"data": "data", "finetune": "fine-tuning (before extraction)", "extract": "extraction (the explainer uses the same settings)", "fitset": "fit set",
           "methods": "concept methods", "eval": "evaluation"}
 
 
@@ -48,7 +48,7 @@ def _add_field(group, f, dest: str) -> None:
     default = f.default if f.default is not MISSING else f.default_factory()
     kw = {"dest": dest, "default": argparse.SUPPRESS, "help": meta["help"]}
     if "tuple" in str(f.type):
-        kw["nargs"] = "+"
+        kw["nargs"], kw["type"] = "+", _type(str(f.type))
         shown = " ".join(default) if isinstance(default, tuple) else default
     else:
         kw["type"] = _type(str(f.type))
@@ -97,6 +97,10 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument("--rebuild", metavar="STAGE", choices=stage_names(),
                            help="build this stage and every stage after it again, e.g. after a corrupt file was "
                                 "found or to change its settings; one of " + ", ".join(stage_names()))
+    p = sub.add_parser("report", help="print a finished run's result tables as markdown (for a README or a paper)")
+    p.add_argument("--run", "--run-name", dest="run", required=True, help="the run's name, its folder under <cache>/runs/")
+    p.add_argument("--cache-dir", type=Path, default=None, help="where runs live (default: $VQLC_CACHE_DIR or cache)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log diagnostics")
     p = sub.add_parser("runs", help="list the runs and the state of their stages")
     p.add_argument("--cache-dir", type=Path, default=None, help="where runs live (default: $VQLC_CACHE_DIR or cache)")
     p.add_argument("-v", "--verbose", action="store_true", help="log diagnostics")
@@ -149,6 +153,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "runs":
             return _list_runs(args.cache_dir)
+        if args.command == "report":
+            from .run import Run, cache_dir_default
+            from .runio import check_run_name
+            from .tables import run_tables
+
+            print(run_tables(Run((args.cache_dir or cache_dir_default()) / "runs" / check_run_name(args.run))), end="")
+            return 0
         from .pipeline import build
 
         cfg = config_from_args(args)

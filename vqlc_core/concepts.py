@@ -1,9 +1,11 @@
 """The concept set: one format for every concept method (VQLC, K-Means, LACOAT).
 
 A concept set holds an assignment for every row of the store, a concept vector per concept in
-the model's hidden space (the mean of its members' states), method-specific arrays (VQLC's
-code vectors and aggregated encodings), and a per-concept summary: size, top words with
-counts, class distribution, dominant class, purity and example contexts.
+the model's hidden space (the mean of its train members' states), the train rows' mean state,
+method-specific arrays (VQLC's code vectors and aggregated encodings), and a per-concept
+summary: size, top words with counts, class distribution, dominant class, purity and example
+contexts. Only train rows shape a concept: dev and test rows are assigned (for display and
+evaluation) but never move a concept vector or its summary.
 """
 
 from __future__ import annotations
@@ -15,28 +17,48 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import torch
 
 from .runio import RunError, read_json, read_npy, read_parquet, write_json, write_npy, write_parquet
 
 
-def concept_means(store, assignments: np.ndarray, n_concepts: int, batch_size: int = 8192) -> tuple[np.ndarray, np.ndarray]:
-    """Mean store vector and member count per concept, streamed over the store in row order."""
+def train_mask(tokens: pd.DataFrame | None, n_rows: int) -> np.ndarray:
+    """The store rows that may shape a concept: those of the train split (every row when the
+    token table has no `split` column, as in a store made from a bare array)."""
+    if tokens is None or "split" not in tokens.columns:
+        return np.ones(n_rows, dtype=bool)
+    return (tokens["split"] == "train").to_numpy()
+
+
+def concept_means(store, assignments: np.ndarray, n_concepts: int, rows: np.ndarray | None = None,
+                  batch_size: int = 8192) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean store vector and member count per concept over store `rows` (all rows when None),
+    and the mean of those rows (d,), streamed over the store in row order. A concept with no
+    member among the rows gets a zero vector."""
+    import torch
+
+    rows = np.arange(store.n_rows) if rows is None else np.unique(np.asarray(rows, dtype=np.int64))
+    a = np.asarray(assignments, dtype=np.int64)[rows]
     sums = torch.zeros(n_concepts, store.dim, dtype=torch.float64)
-    counts = np.bincount(assignments, minlength=n_concepts)[:n_concepts]
-    start = 0
-    a = torch.as_tensor(np.asarray(assignments, dtype=np.int64))
-    for x in store.iter_batches(batch_size, shuffle=False):
-        sums.index_add_(0, a[start : start + len(x)], x.double())
+    counts = np.bincount(a, minlength=n_concepts)[:n_concepts]
+    start, at = 0, torch.as_tensor(a)
+    for x in store.iter_batches(batch_size, shuffle=False, rows=rows):  # selected rows, ascending
+        sums.index_add_(0, at[start : start + len(x)], x.double())
         start += len(x)
     means = sums / torch.as_tensor(np.maximum(counts, 1), dtype=torch.float64)[:, None]
-    return means.float().numpy(), counts
+    mean = sums.sum(0) / max(len(rows), 1)
+    return means.float().numpy(), counts, mean.float().numpy()
 
 
 def summarize(tokens: pd.DataFrame, assignments: np.ndarray, n_concepts: int, class_names: list[str],
-              top_k: int = 30, n_examples: int = 12, seed: int = 0) -> pd.DataFrame:
-    """Per-concept summary table from the token table and the assignment of every row."""
+              top_k: int = 30, n_examples: int = 12, seed: int = 0, train: np.ndarray | None = None) -> pd.DataFrame:
+    """Per-concept summary table from the token table and the assignment of every row.
+
+    Everything but `size_all` (members among all rows) counts the rows in the boolean mask
+    `train` only (by default the token table's train split, see `train_mask`)."""
     rng = np.random.default_rng(seed)
+    assignments = np.asarray(assignments)
+    train = train_mask(tokens, len(assignments)) if train is None else np.asarray(train, dtype=bool)
+    size_all = np.bincount(assignments, minlength=n_concepts)[:n_concepts]
     df = pd.DataFrame({
         "concept": assignments,
         "word": tokens["word"].to_numpy(),
@@ -44,14 +66,14 @@ def summarize(tokens: pd.DataFrame, assignments: np.ndarray, n_concepts: int, cl
         "label": tokens["label"].to_numpy(),
         "text_id": tokens["text_id"].to_numpy(),
         "word_index": tokens["word_index"].to_numpy(),
-    })
+    })[train]
     rows = []
     groups = dict(tuple(df.groupby("concept", sort=True)))
     for k in range(n_concepts):
         g = groups.get(k)
         if g is None or len(g) == 0:
-            rows.append({"concept": k, "size": 0, "n_pred": 0, "top_words": "[]", "class_counts": "{}",
-                         "dominant_class": "", "purity": 0.0, "examples": "[]"})
+            rows.append({"concept": k, "size": 0, "size_all": int(size_all[k]), "n_pred": 0, "top_words": "[]",
+                         "class_counts": "{}", "dominant_class": "", "purity": 0.0, "examples": "[]"})
             continue
         words = Counter(w.lower() for w in g.loc[g["kind"] == "word", "word"])
         classes = Counter(class_names[int(c)] if 0 <= int(c) < len(class_names) else str(c) for c in g["label"])
@@ -61,6 +83,7 @@ def summarize(tokens: pd.DataFrame, assignments: np.ndarray, n_concepts: int, cl
         rows.append({
             "concept": k,
             "size": int(len(g)),
+            "size_all": int(size_all[k]),
             "n_pred": int((g["kind"] == "pred").sum()),
             "top_words": json.dumps(words.most_common(top_k)),
             "class_counts": json.dumps(dict(classes)),
@@ -76,27 +99,58 @@ class ConceptSet:
     """Concepts of one method over one store. `vectors` live in the model's hidden space."""
 
     method: str
-    assignments: np.ndarray  # (n_rows,) concept id of every store row
-    vectors: np.ndarray  # (K, d) mean hidden state of each concept's members
+    assignments: np.ndarray  # (n_rows,) concept id of every store row, dev and test rows included
+    vectors: np.ndarray  # (K, d) mean hidden state of each concept's train members
     summary: pd.DataFrame  # one row per concept, see `summarize`
     class_names: list[str]
     extra: dict[str, np.ndarray] = field(default_factory=dict)  # e.g. VQLC "codes", "encodings"
     info: dict = field(default_factory=dict)  # fit time, peak memory, measures
+    mean: np.ndarray | None = None  # (d,) mean state of the train rows; None in sets saved before it existed
 
     @property
     def n_concepts(self) -> int:
         return len(self.vectors)
 
+    @property
+    def sizes(self) -> np.ndarray:
+        """(K,) train members of each concept."""
+        return self.summary["size"].to_numpy()
+
+    def directions(self, ids, centred: bool = True) -> np.ndarray:
+        """(n, d) hidden-space directions of concepts `ids` for ablation: the concept vector minus
+        the train rows' mean (centred, the default) or the concept vector itself. Uncentred
+        vectors point mostly along the mean that every state shares, so removing one mostly
+        removes that mean (RESEARCH.md section 1). A concept without train members has a zero
+        direction: it removes nothing."""
+        ids = np.atleast_1d(np.asarray(ids, dtype=np.int64))
+        v = self.vectors[ids].astype(np.float32)
+        if centred:
+            if self.mean is None:
+                raise RunError(f"The concept set of {self.method} has no train mean (it predates centred "
+                               "directions); rebuild this method's stage.")
+            v = v - self.mean[None, :]
+        return np.where(self.sizes[ids][:, None] > 0, v, 0.0).astype(np.float32)
+
     @classmethod
     def from_assignments(cls, method: str, store, assignments: np.ndarray, n_concepts: int,
                          class_names: list[str], extra: dict | None = None, info: dict | None = None,
-                         seed: int = 0) -> "ConceptSet":
+                         seed: int = 0, train: np.ndarray | None = None) -> "ConceptSet":
+        """The concept set of `assignments` (one per store row). Concept vectors, the mean and
+        the summary come from the rows in the boolean mask `train` (by default the store token
+        table's train split, see `train_mask`); every row keeps its assignment."""
         assignments = np.asarray(assignments, dtype=np.int32)
         if len(assignments) != store.n_rows:
             raise ValueError(f"expected {store.n_rows} assignments, got {len(assignments)}")
-        vectors, _ = concept_means(store, assignments, n_concepts)
-        summary = summarize(store.tokens, assignments, n_concepts, class_names, seed=seed)
-        return cls(method, assignments, vectors, summary, list(class_names), dict(extra or {}), dict(info or {}))
+        train = train_mask(store.tokens, store.n_rows) if train is None else np.asarray(train, dtype=bool)
+        if train.shape != (store.n_rows,):
+            raise ValueError(f"The train mask must have one entry per store row ({store.n_rows}), got {train.shape}.")
+        if not train.any():
+            raise ValueError("No train rows in the store: concepts are shaped by train rows only; "
+                             "build the store with a train split.")
+        vectors, _, mean = concept_means(store, assignments, n_concepts, rows=np.flatnonzero(train))
+        summary = summarize(store.tokens, assignments, n_concepts, class_names, seed=seed, train=train)
+        info = {**(info or {}), "n_concept_rows": int(train.sum())}
+        return cls(method, assignments, vectors, summary, list(class_names), dict(extra or {}), info, mean)
 
     def top_words(self, k: int, n: int = 10) -> list[tuple[str, int]]:
         return [tuple(x) for x in json.loads(self.summary.at[k, "top_words"])[:n]]
@@ -110,6 +164,8 @@ class ConceptSet:
         path = Path(path)
         write_npy(path / "assignments.npy", self.assignments)
         write_npy(path / "vectors.npy", self.vectors.astype(np.float32))
+        if self.mean is not None:
+            write_npy(path / "mean.npy", np.asarray(self.mean, dtype=np.float32))
         for name, arr in self.extra.items():
             write_npy(path / f"extra_{name}.npy", np.asarray(arr))
         write_parquet(path / "summary.parquet", self.summary)
@@ -133,5 +189,6 @@ class ConceptSet:
             raise RunError(f"Concept vectors of {meta['method']} have dimension {vectors.shape[1]}, expected {dim}; "
                            "rebuild this method's stage.")
         extra = {name: read_npy(path / f"extra_{name}.npy") for name in meta.get("extra", [])}
+        mean = read_npy(path / "mean.npy") if (path / "mean.npy").exists() else None  # absent before centring
         return cls(meta["method"], assignments, vectors, read_parquet(path / "summary.parquet"),
-                   meta["class_names"], extra, meta.get("info", {}))
+                   meta["class_names"], extra, meta.get("info", {}), mean)

@@ -168,13 +168,16 @@ def _bbc() -> TextDataset:
     return TextDataset("bbc", texts, np.array(labels), names)
 
 
-def _read_table(path: Path, max_bytes: int) -> "pd.DataFrame":
+def _read_table(path: Path, max_bytes: int, text_column: str) -> "pd.DataFrame":
+    """The file as a table. Cells are taken as written: only an empty cell (or a JSON null) is
+    missing, so a text such as NaN, null, None or NA stays text, and the text column is read as
+    strings (a text 007 stays 007)."""
     import pandas as pd
 
     size = path.stat().st_size
     if size > max_bytes:
         raise SourceError(f"'{path.name}' is {size / 2**20:.0f} MB, above the {max_bytes / 2**20:.0f} MB limit; "
-                          f"use a smaller sample of it or raise max_bytes.")
+                          f"use a smaller sample of it.")
     if size == 0:
         raise SourceError(f"'{path.name}' is empty; give a file with a header and at least one row.")
     suffix = path.suffix.lower()
@@ -188,7 +191,7 @@ def _read_table(path: Path, max_bytes: int) -> "pd.DataFrame":
         if not text.strip():
             raise SourceError(f"'{path.name}' is empty; give a file with a header and at least one row.")
         if suffix == ".csv":
-            return pd.read_csv(io.StringIO(text))
+            return pd.read_csv(io.StringIO(text), dtype={text_column: str}, keep_default_na=False, na_values=[""])
         if text.lstrip().startswith("["):  # a JSON array of records is accepted as well
             return pd.read_json(io.StringIO(text), dtype=False, convert_dates=False)
         return pd.read_json(io.StringIO(text), lines=True, dtype=False, convert_dates=False)
@@ -203,7 +206,7 @@ def _read_table(path: Path, max_bytes: int) -> "pd.DataFrame":
 def _user_file(path: Path, text_column: str, label_column: str, max_bytes: int) -> TextDataset:
     import pandas as pd
 
-    df = _read_table(path, max_bytes)
+    df = _read_table(path, max_bytes, text_column)
     for role, col in (("text", text_column), ("label", label_column)):
         if col not in df.columns:
             found = ", ".join(f"'{c}'" for c in df.columns) or "none"
@@ -230,7 +233,7 @@ def _user_file(path: Path, text_column: str, label_column: str, max_bytes: int) 
     uniq, labels = np.unique(values, return_inverse=True)
     if len(uniq) < 2:
         raise SourceError(f"'{path.name}' has a single class ('{uniq[0]}') in column '{label_column}'; "
-                          f"a classifier needs at least two classes.")
+                          f"a classifier needs at least two classes (name the label column with --label-column).")
     texts = [str(t) for t in df[text_column]]
     return TextDataset(path.stem, texts, labels, [str(u) for u in uniq])
 

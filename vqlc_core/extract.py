@@ -3,7 +3,8 @@
 Texts are processed in fixed chunks (in text order); inside a chunk they are run in
 length-sorted batches, and the chunk's rows are put back in text order before they are
 appended. Row order is therefore: text 0's words, text 0's prediction row, text 1's words, ...
-A chunk's output depends only on the chunk, so an interrupted extraction resumes at the chunk
+The same forward also gives each text's pooled last-layer representation, the classifier's
+features (`final.npy`, one row per text in text order). A chunk's output depends only on the chunk, so an interrupted extraction resumes at the chunk
 holding the first row not yet in a finished shard and reproduces the same rows exactly.
 
 Under torchrun the chunks are shared out by rank (rank r takes chunks r, r+N, ...); each chunk
@@ -27,27 +28,42 @@ import torch
 from tqdm.auto import tqdm
 
 from . import distributed
-from .backbone import Backbone, aggregate_words
+from .backbone import Backbone, aggregate_words, capture
 from .config import ExtractConfig
 from .runio import (RunError, atomic_path, library_versions, read_json, read_npy, write_json, write_npy,
                     write_parquet)
-from .store import STORE_FILE, TOKEN_COLUMNS, ActivationStore, ShardWriter, finalize_store
+from .store import FINAL_FILE, STORE_FILE, TOKEN_COLUMNS, ActivationStore, ShardWriter, finalize_store
 
 
-def extract_texts(backbone: Backbone, texts: list[str], cfg: ExtractConfig):
-    """Rows for a list of texts, in text order: (vectors (R, d) float32, token records).
+@torch.inference_mode()
+def _forward(backbone: Backbone, enc, layer: int, autocast_dtype, final: bool):
+    """Layer-l states (B, T, d) and, when `final`, the last layer's states from the same pass
+    (the classifier's features: no second pass over the texts); without it, stop at layer l."""
+    if not final:
+        return backbone.states_at(enc, layer, autocast_dtype), None
+    with capture(backbone, layer) as got:
+        last = backbone.final_states(enc, autocast_dtype)
+    return got["h"].float(), last
+
+
+def extract_texts(backbone: Backbone, texts: list[str], cfg: ExtractConfig, final: bool = False):
+    """Rows for a list of texts, in text order: (vectors (R, d) float32, token records), and with
+    `final` also the pooled last-layer representation of each text (n, d), from the same forward.
 
     Each text gives one row per word, then its prediction row (word_index -1)."""
     lengths = [len(backbone.tokenizer(t, truncation=True, max_length=backbone.max_length)["input_ids"]) for t in texts]
     order = np.argsort(-np.asarray(lengths), kind="stable")
     device = next(backbone.model.parameters()).device
     per_text: dict[int, tuple[np.ndarray, list]] = {}
+    finals = np.zeros((len(texts), backbone.hidden_size), dtype=np.float32)
     for b in range(0, len(texts), cfg.batch_size):
         idx = order[b : b + cfg.batch_size]
         enc, words = backbone.tokenize([texts[i] for i in idx])
         enc = enc.to(device)
-        h = backbone.states_at(enc, cfg.layer, cfg.autocast_dtype)  # (B, T, d)
+        h, last = _forward(backbone, enc, cfg.layer, cfg.autocast_dtype, final)  # (B, T, d) each
         pooled = backbone.pool(h, enc["attention_mask"], cfg.pooling)  # (B, d)
+        if last is not None:
+            finals[idx] = backbone.pool(last, enc["attention_mask"]).cpu().numpy()  # the head's pooling
         for j, i in enumerate(idx):
             wv = aggregate_words(h[j], words[j], cfg.aggregation)
             vec = torch.cat([wv, pooled[j : j + 1]]).cpu().numpy()
@@ -55,7 +71,8 @@ def extract_texts(backbone: Backbone, texts: list[str], cfg: ExtractConfig):
             per_text[int(i)] = (vec, recs)
     vecs = [per_text[i][0] for i in range(len(texts))]
     recs = [(i, *r) for i in range(len(texts)) for r in per_text[i][1]]
-    return np.concatenate(vecs).astype(np.float32), recs
+    out = np.concatenate(vecs).astype(np.float32), recs
+    return (*out, finals) if final else out
 
 
 def _config_hash(obj: dict) -> str:
@@ -64,6 +81,10 @@ def _config_hash(obj: dict) -> str:
 
 def _part_path(out: Path, c: int) -> Path:
     return out / "parts" / f"vectors_{c:05d}.npy"
+
+
+def _final_path(out: Path, c: int) -> Path:
+    return out / "parts" / f"final_{c:05d}.npy"
 
 
 class _Assembler:
@@ -149,12 +170,13 @@ def build_store(backbone: Backbone, texts: pd.DataFrame, cfg: ExtractConfig, out
     for done, c in enumerate(mine, 1):
         s, e = chunks[c]
         part = texts.iloc[s:e]
-        vecs, recs = extract_texts(backbone, part["text"].tolist(), cfg)
+        vecs, recs, finals = extract_texts(backbone, part["text"].tolist(), cfg, final=True)
         tok = pd.DataFrame(recs, columns=["local_id", "word_index", "word", "kind"])
         tok["text_id"] = part["text_id"].to_numpy()[tok["local_id"].to_numpy()]
         tok["split"] = part["split"].to_numpy()[tok["local_id"].to_numpy()]
         tok["label"] = part["label"].to_numpy()[tok["local_id"].to_numpy()].astype(np.int64)
         write_parquet(out / "tokens" / f"part_{c:05d}.parquet", tok[TOKEN_COLUMNS])
+        write_npy(_final_path(out, c), finals)
         write_npy(_part_path(out, c), vecs.astype(np.float16))  # written last: marks the chunk done
         bar.update(e - s)
         if assembler is not None:
@@ -176,6 +198,8 @@ def build_store(backbone: Backbone, texts: pd.DataFrame, cfg: ExtractConfig, out
                 "pooling": cfg.pooling or backbone.pooling, "aggregation": cfg.aggregation, "max_length": backbone.max_length,
                 "n_texts": len(texts), "config": asdict(cfg), "versions": library_versions(),
                 "row_order": "text order; per text its words in order, then its prediction row (word_index -1)"}
+        write_npy(out / FINAL_FILE, np.concatenate([read_npy(_final_path(out, c)) for c in range(len(chunks))]
+                                                   or [np.zeros((0, backbone.hidden_size), np.float32)]))
         finalize_store(out, meta)
         shutil.rmtree(out / "tokens", ignore_errors=True)
         shutil.rmtree(out / "parts", ignore_errors=True)

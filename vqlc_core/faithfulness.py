@@ -1,95 +1,250 @@
-"""Faithfulness of concept explanations over a test set: per method, ablate the concept of the
-prediction representation, the concept of the top salient word, and (control) a random
-direction of the same norm, and report the mean drop in the predicted class's confidence and
-the label-flip rate.
+"""Faithfulness of concept explanations over a test set: remove a direction (or a span) from
+layer l by orthogonal projection, run the rest of the model, and record per sentence how much
+the predicted class's probability drops, whether the label flips, and how much of the pooled
+representation's energy the projection removed. Then summarise per (method, target) with 95%
+bootstrap intervals, and compare two methods sentence by sentence.
+
+Targets, per method: the concept of the prediction representation (centred on the train mean,
+and uncentred as the old number), the concepts of the salient words (their span, centred) and a
+random other concept of the method (centred). Controls, under the method name "control" since
+they do not depend on a method: the direction of the train rows' mean, and a random unit
+direction. Uncentred concept vectors point mostly along that mean (RESEARCH.md section 1), so a
+concept is only worth its drop against controls that remove comparable energy.
 
 Texts run in length-sorted batches: one forward gives layer-l states and probabilities, one
-batched attribution pass finds each text's top salient word, and every ablation of a batch
-(all methods and targets together) is one more forward that starts at layer l.
+batched attribution pass finds each text's salient words, and every ablation of a batch (all
+methods and targets together) is one more forward that starts at layer l.
 """
 
 from __future__ import annotations
 
 import time
+import zlib
 
 import numpy as np
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from .ablation import project_out
-from .explain import Explainer, word_scores
+from .ablation import orthonormal_basis, project_out
+from .explain import Explainer
+from .runio import RunError
 
-TARGETS = ("prediction concept", "salient-word concept", "random direction")
+TARGETS = ("prediction concept", "prediction concept (uncentred)", "salient-word concepts", "random concept")
+CONTROL = "control"  # the method name of the rows that do not depend on a concept method
+CONTROLS = ("global mean", "random direction")
+COLUMNS = ["method", "target", "text_index", "conf_drop", "flipped", "energy", "n_directions"]
 
 
-def _unit_rows(V: np.ndarray) -> torch.Tensor:
-    """(B, 1, d) per-example bases: each row normalised, zero rows kept zero (nothing removed)."""
-    n = np.linalg.norm(V, axis=1, keepdims=True)
-    return torch.as_tensor(np.where(n > 0, V / np.maximum(n, 1e-30), 0.0), dtype=torch.float32)[:, None, :]
+# --- small helpers ---------------------------------------------------------------------------
 
+def _rng(seed: int, method: str, text_index: int) -> np.random.Generator:
+    """The random stream of one (seed, method, sentence): the same whatever the batching."""
+    return np.random.default_rng([int(seed), zlib.crc32(method.encode()), int(text_index)])
+
+
+def _stack_bases(bases: list[torch.Tensor], d: int) -> torch.Tensor:
+    """(B, r_max, d) per-example orthonormal bases, padded with zero rows (which remove nothing)."""
+    r = max([len(q) for q in bases] + [1])
+    out = torch.zeros(len(bases), r, d)
+    for i, q in enumerate(bases):
+        out[i, : len(q)] = q
+    return out
+
+
+def removed_energy(pooled: torch.Tensor, basis: torch.Tensor) -> np.ndarray:
+    """(B,) share of ||h||² that projecting out the span of `basis` (B, r, d) removes from the
+    pooled representations `pooled` (B, d): (||h||² - ||h'||²) / ||h||². Pooling is linear in
+    the states, so projecting the pooled vector equals pooling the projected states."""
+    h = pooled.double()
+    kept = project_out(h[:, None, :], basis.double())[:, 0]
+    return (1.0 - (kept * kept).sum(1) / (h * h).sum(1).clamp(min=1e-30)).numpy()
+
+
+def _two_way_bootstrap(seed_idx: np.ndarray, sent_idx: np.ndarray, values: np.ndarray, n_boot: int,
+                       rng: np.random.Generator) -> np.ndarray:
+    """(n_boot, q) bootstrap means of the rows' `values` (n, q): each replicate draws the seeds
+    and the sentences with replacement, independently, and weights a row by how often its seed
+    times how often its sentence was drawn (one seed: a plain bootstrap over sentences)."""
+    n_seeds, n_sent = int(seed_idx.max()) + 1, int(sent_idx.max()) + 1
+    ws = rng.multinomial(n_seeds, np.full(n_seeds, 1 / n_seeds), size=n_boot) if n_seeds > 1 else np.ones((n_boot, 1))
+    wt = rng.multinomial(n_sent, np.full(n_sent, 1 / n_sent), size=n_boot)
+    w = (ws[:, seed_idx] * wt[:, sent_idx]).astype(np.float64)  # (n_boot, n)
+    total = w.sum(1)
+    w, total = w[total > 0], total[total > 0]  # a draw whose seeds and sentences share no row says nothing
+    return (w @ values) / total[:, None]
+
+
+def _interval(reps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return np.percentile(reps, 2.5, axis=0), np.percentile(reps, 97.5, axis=0)
+
+
+def _codes(x: pd.Series) -> np.ndarray:
+    return pd.factorize(x, sort=True)[0]
+
+
+def _group_rng(seed: int, *keys: str) -> np.random.Generator:
+    return np.random.default_rng([int(seed)] + [zlib.crc32(k.encode()) for k in keys])
+
+
+# --- the table -------------------------------------------------------------------------------
 
 def faithfulness(explainer: Explainer, texts: list[str], seed: int = 0, progress: bool = True,
                  max_texts: int | None = None, batch_size: int = 32, salient: str = "ig") -> pd.DataFrame:
-    """One row per (method, target): mean_conf_drop (old minus new probability of the predicted
-    class), flip_rate (share of texts whose predicted class changes) and n (texts counted).
+    """One row per (method, target, sentence) with columns `COLUMNS`: conf_drop (old minus new
+    probability of the originally predicted class), flipped (the predicted class changed),
+    energy (share of the pooled layer-l representation's ||h||² the projection removed) and
+    n_directions (rank of the removed span). text_index is the sentence's position in `texts`.
 
-    salient: "ig" (Integrated Gradients with the explainer's `ig_steps`) or "grad_x_input"
-    (one gradient, faster) to find the top salient word. The random directions are drawn with
-    `seed`, one per text and method, independently of batching. Empty texts are skipped.
-    `df.attrs["seconds"]` holds the wall time."""
+    Targets per method: `TARGETS`; the controls `CONTROLS` once, as method "control". The
+    salient words are the Explain page's (Integrated Gradients with the explainer's `ig_steps`,
+    or salient="grad_x_input" for one gradient); a sentence without an eligible salient word
+    has no salient-word row. The random concept (another concept with train members) and the
+    random direction are drawn per (seed, method, sentence), whatever the batching. Empty
+    texts are skipped. `df.attrs["seconds"]` holds the wall time."""
     start = time.perf_counter()
-    texts = [t for t in texts if isinstance(t, str) and t.strip()]
-    texts = texts[:max_texts] if max_texts is not None else texts
+    keep = [i for i, t in enumerate(texts) if isinstance(t, str) and t.strip()]
+    keep = keep[:max_texts] if max_texts is not None else keep
     bb, names = explainer.backbone, list(explainer.methods)
-    rng = np.random.default_rng(seed)
-    random_dirs = {name: rng.standard_normal((len(texts), bb.hidden_size)) for name in names}
-    sums = {(m, t): [0.0, 0, 0] for m in names for t in TARGETS}  # drop sum, flips, n
+    d = bb.hidden_size
+    out: list[dict] = []
+    if not names or not keep:
+        return pd.DataFrame(out, columns=COLUMNS)
+    mean = explainer.methods[names[0]][1].mean  # the store's train mean: one for every method
+    if mean is None:
+        raise RunError(f"The concept set of {names[0]} has no train mean (it predates centred directions); "
+                       "rebuild this method's stage.")
+    mean_basis = orthonormal_basis(mean)
 
-    lengths = np.asarray([len(t) for t in texts])
-    order = np.argsort(-lengths, kind="stable")
-    batches = [order[b : b + batch_size] for b in range(0, len(texts), batch_size)]
-    for idx in tqdm(batches, desc="faithfulness", disable=not progress):
-        enc, words = bb.tokenize([texts[i] for i in idx])
-        enc = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
-        states, proba = explainer.forward(enc)  # (B, T, d), (B, C)
-        B = len(idx)
-        pred = proba.argmax(1)
-        conf = proba[np.arange(B), pred]
-        pooled = bb.pool(states, enc["attention_mask"]).numpy()
+    order = sorted(keep, key=lambda i: -len(texts[i]))
+    batches = [order[b : b + batch_size] for b in range(0, len(order), batch_size)]
+    with bb.lock:
+        for idx in tqdm(batches, desc="faithfulness", disable=not progress):
+            out += _batch(explainer, [texts[i] for i in idx], idx, seed, salient, mean_basis, d)
 
-        attr = explainer.attributions(enc, states, pred, salient)
-        has_word = np.asarray([len(w) > 0 for w in words])
-        top_word = [[w[int(np.argmax(word_scores(attr[b], w)))]] if w else [] for b, w in enumerate(words)]
-        top_vecs = np.stack([explainer.word_vectors(states[b], tw)[0] if tw else np.zeros(states.shape[-1], np.float32)
-                             for b, tw in enumerate(top_word)])  # (B, d), aggregated as the store's rows
-
-        bases, keys = [], []
-        for m, name in enumerate(names):
-            method, concepts = explainer.methods[name]
-            v_pred = concepts.vectors[method.predict(pooled)]
-            v_word = concepts.vectors[method.predict(top_vecs)]
-            r = random_dirs[name][idx]
-            v_rand = r / np.linalg.norm(r, axis=1, keepdims=True) * np.linalg.norm(v_pred, axis=1, keepdims=True)
-            for target, V in zip(TARGETS, (v_pred, v_word, v_rand)):
-                bases.append(_unit_rows(V))
-                keys.append((name, target))
-        if not bases:
-            continue
-        n_runs = len(bases)
-        rep = {k: v.repeat(n_runs, 1) for k, v in enc.items()}
-        edited = project_out(states.repeat(n_runs, 1, 1), torch.cat(bases))  # (n_runs*B, T, d)
-        new = explainer.proba_from_states(rep, edited).reshape(n_runs, B, -1)
-        for j, key in enumerate(keys):
-            keep = has_word if key[1] == "salient-word concept" else np.ones(B, dtype=bool)
-            p_new = new[j][np.arange(B), pred]
-            s = sums[key]
-            s[0] += float((conf - p_new)[keep].sum())
-            s[1] += int((new[j].argmax(1) != pred)[keep].sum())
-            s[2] += int(keep.sum())
-
-    rows = [{"method": m, "target": t, "mean_conf_drop": s[0] / s[2] if s[2] else float("nan"),
-             "flip_rate": s[1] / s[2] if s[2] else float("nan"), "n": s[2]} for (m, t), s in sums.items()]
-    df = pd.DataFrame(rows, columns=["method", "target", "mean_conf_drop", "flip_rate", "n"])
+    df = pd.DataFrame(out, columns=COLUMNS)
+    order_of = [(CONTROL, t) for t in CONTROLS] + [(m, t) for m in names for t in TARGETS]
+    rank = {key: r for r, key in enumerate(order_of)}
+    df = df.assign(_r=[rank[k] for k in zip(df["method"], df["target"])])
+    df = df.sort_values(["_r", "text_index"], kind="stable").drop(columns="_r").reset_index(drop=True)
     df.attrs["seconds"] = time.perf_counter() - start
     return df
+
+
+def _batch(explainer: Explainer, batch: list[str], text_index: list[int], seed: int, how: str,
+           mean_basis: torch.Tensor, d: int) -> list[dict]:
+    """The rows of one batch of texts (see `faithfulness`)."""
+    bb = explainer.backbone
+    enc, words = bb.tokenize(batch)
+    enc = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
+    states, proba = explainer.forward(enc)  # (B, T, d), (B, C)
+    B = len(batch)
+    pred = proba.argmax(1)
+    conf = proba[np.arange(B), pred]
+    pooled = bb.pool(states, enc["attention_mask"])  # (B, d)
+    _, salient, _ = explainer.salient(enc, states, pred, words, how)
+
+    runs: list[tuple[str, str, list[torch.Tensor | None]]] = []  # (method, target, basis per text or None)
+    runs.append((CONTROL, "global mean", [mean_basis] * B))
+    runs.append((CONTROL, "random direction", [orthonormal_basis(_rng(seed, CONTROL, t).standard_normal(d))
+                                               for t in text_index]))
+    for name, (method, cs) in explainer.methods.items():
+        k_pred = method.predict(pooled.numpy())
+        with_members = np.flatnonzero(cs.sizes > 0)
+        pred_c, pred_u, words_c, rand_c = [], [], [], []
+        for b in range(B):
+            k = int(k_pred[b])
+            pred_c.append(orthonormal_basis(cs.directions([k])))
+            pred_u.append(orthonormal_basis(cs.directions([k], centred=False)))
+            if salient[b]:
+                vecs = explainer.word_vectors(states[b], [words[b][i] for i in salient[b]])
+                words_c.append(orthonormal_basis(cs.directions(np.unique(method.predict(vecs)))))
+            else:
+                words_c.append(None)
+            others = with_members[with_members != k]
+            other = int(_rng(seed, name, text_index[b]).choice(others)) if len(others) else None
+            rand_c.append(orthonormal_basis(cs.directions([other])) if other is not None else None)
+        runs += [(name, TARGETS[0], pred_c), (name, TARGETS[1], pred_u), (name, TARGETS[2], words_c),
+                 (name, TARGETS[3], rand_c)]
+
+    zero = torch.zeros(0, d)
+    bases = _stack_bases([q if q is not None else zero for _, _, qs in runs for q in qs], d)  # (R*B, r, d)
+    n_runs = len(runs)
+    rep = {k: v.repeat(n_runs, 1) for k, v in enc.items()}
+    new = explainer.proba_from_states(rep, project_out(states.repeat(n_runs, 1, 1), bases)).reshape(n_runs, B, -1)
+    energy = removed_energy(pooled.repeat(n_runs, 1), bases).reshape(n_runs, B)
+    rows = []
+    for j, (method, target, qs) in enumerate(runs):
+        for b in range(B):
+            if qs[b] is None:
+                continue
+            rows.append({"method": method, "target": target, "text_index": int(text_index[b]),
+                         "conf_drop": float(conf[b] - new[j, b, pred[b]]),
+                         "flipped": bool(new[j, b].argmax() != pred[b]),
+                         "energy": float(energy[j, b]), "n_directions": int(len(qs[b]))})
+    return rows
+
+
+# --- summaries -------------------------------------------------------------------------------
+
+def summarize_faithfulness(rows: pd.DataFrame, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
+    """Per (method, target), in the rows' order: n_sentences, n_seeds, n (rows), mean_conf_drop
+    and flip_rate each with a 95% bootstrap interval (`*_low`, `*_high`), mean_energy and
+    mean_directions.
+
+    `rows` are `faithfulness` rows, optionally with a `seed` column (the methods' training
+    seed, one faithfulness call per seed). The sentences are the same under every seed and
+    the seeds share every sentence: the two factors are crossed, so the bootstrap draws
+    sentences and seeds independently with replacement and weights each (seed, sentence) row
+    by the product of their counts (the "pigeonhole" bootstrap of crossed designs, Owen 2007).
+    It counts both sources of variation: a sentence that is hard for every seed, and a seed
+    whose concepts are better on every sentence. With a single seed it is the plain bootstrap
+    over sentences. Percentile intervals."""
+    cols = ["method", "target", "n_sentences", "n_seeds", "n", "mean_conf_drop", "conf_drop_low", "conf_drop_high",
+            "flip_rate", "flip_rate_low", "flip_rate_high", "mean_energy", "mean_directions"]
+    if len(rows) == 0:
+        return pd.DataFrame(columns=cols)
+    rows = rows if "seed" in rows.columns else rows.assign(seed=0)
+    out = []
+    for (method, target), g in rows.groupby(["method", "target"], sort=False):
+        values = np.stack([g["conf_drop"].to_numpy(float), g["flipped"].to_numpy(float)], 1)
+        reps = _two_way_bootstrap(_codes(g["seed"]), _codes(g["text_index"]), values, n_boot,
+                                  _group_rng(seed, method, target))
+        low, high = _interval(reps)
+        out.append({"method": method, "target": target, "n_sentences": int(g["text_index"].nunique()),
+                    "n_seeds": int(g["seed"].nunique()), "n": int(len(g)),
+                    "mean_conf_drop": float(values[:, 0].mean()), "conf_drop_low": float(low[0]),
+                    "conf_drop_high": float(high[0]), "flip_rate": float(values[:, 1].mean()),
+                    "flip_rate_low": float(low[1]), "flip_rate_high": float(high[1]),
+                    "mean_energy": float(g["energy"].mean()), "mean_directions": float(g["n_directions"].mean())})
+    return pd.DataFrame(out, columns=cols)
+
+
+def paired_differences(rows: pd.DataFrame, a: str = "vqlc", b: str = "kmeans", target: str | None = None,
+                       n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
+    """Method `a` minus method `b`, per target (`target`, or every target both have): the mean
+    difference in conf_drop and in flip rate over the (seed, sentence) pairs both methods have,
+    each with a 95% interval from the same crossed bootstrap as `summarize_faithfulness`,
+    resampling the pairs' sentences and seeds (pairing removes the sentence's own difficulty,
+    which both methods share)."""
+    cols = ["method_a", "method_b", "target", "n_pairs", "n_sentences", "n_seeds", "diff_conf_drop",
+            "diff_conf_drop_low", "diff_conf_drop_high", "diff_flip_rate", "diff_flip_rate_low", "diff_flip_rate_high"]
+    rows = rows if "seed" in rows.columns else rows.assign(seed=0)
+    ra, rb = rows[rows["method"] == a], rows[rows["method"] == b]
+    targets = [target] if target is not None else [t for t in dict.fromkeys(ra["target"]) if t in set(rb["target"])]
+    out = []
+    for t in targets:
+        key = ["seed", "text_index"]
+        m = ra[ra["target"] == t].merge(rb[rb["target"] == t], on=key, suffixes=("_a", "_b"))
+        if m.empty:
+            continue
+        diff = np.stack([m["conf_drop_a"].to_numpy(float) - m["conf_drop_b"].to_numpy(float),
+                         m["flipped_a"].to_numpy(float) - m["flipped_b"].to_numpy(float)], 1)
+        reps = _two_way_bootstrap(_codes(m["seed"]), _codes(m["text_index"]), diff, n_boot, _group_rng(seed, a, b, t))
+        low, high = _interval(reps)
+        out.append({"method_a": a, "method_b": b, "target": t, "n_pairs": int(len(m)),
+                    "n_sentences": int(m["text_index"].nunique()), "n_seeds": int(m["seed"].nunique()),
+                    "diff_conf_drop": float(diff[:, 0].mean()), "diff_conf_drop_low": float(low[0]),
+                    "diff_conf_drop_high": float(high[0]), "diff_flip_rate": float(diff[:, 1].mean()),
+                    "diff_flip_rate_low": float(low[1]), "diff_flip_rate_high": float(high[1])})
+    return pd.DataFrame(out, columns=cols)

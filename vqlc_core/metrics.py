@@ -1,6 +1,7 @@
-"""Measures of a concept method's fit: reconstruction R², codebook usage (perplexity, dead codes)
-and agreement between two assignments (adjusted mutual information). R² has a streaming
-accumulator so it can be computed over a store batch by batch.
+"""Measures of a concept method's fit: reconstruction R² (of a method's own reconstruction, or
+of each row by its concept vector), codebook usage (perplexity, dead codes) and agreement
+between two assignments (adjusted mutual information). R² has a streaming accumulator so it can
+be computed over a store batch by batch.
 """
 
 from __future__ import annotations
@@ -53,6 +54,20 @@ def r2_score(x, recon) -> float:
     return acc.value()
 
 
+def centroid_r2(store, rows, assignments, vectors, batch_size: int = 8192) -> float:
+    """R² of store `rows` (all rows when None) reconstructed by their concept's vector
+    (`vectors[assignments[row]]`), streamed over the store: the reconstruction every method
+    has (a centroid for K-Means and LACOAT, the concept mean for VQLC)."""
+    rows = np.arange(store.n_rows) if rows is None else np.unique(np.asarray(rows, dtype=np.int64))
+    a = np.asarray(assignments, dtype=np.int64)[rows]
+    vectors = np.asarray(vectors, dtype=np.float32)
+    acc, start = R2Accumulator(), 0
+    for x in store.iter_batches(batch_size, shuffle=False, rows=rows):  # selected rows, ascending
+        acc.update(x, vectors[a[start : start + len(x)]])
+        start += len(x)
+    return acc.value()
+
+
 def code_counts(indices, n_codes: int) -> np.ndarray:
     """How many rows each of the n_codes codes received: (K,) int64."""
     idx = _as_numpy(indices).astype(np.int64).ravel()
@@ -79,6 +94,13 @@ def codebook_perplexity(indices, n_codes: int) -> float:
 def dead_codes(indices, n_codes: int) -> int:
     """Number of codes that no row was assigned to."""
     return int((code_counts(indices, n_codes) == 0).sum())
+
+
+def codebook_use(indices, n_codes: int) -> dict:
+    """Perplexity, dead codes and used codes of one assignment (e.g. of the fit set, or of all rows)."""
+    counts = code_counts(indices, n_codes)
+    return {"perplexity": perplexity_from_counts(counts), "dead_codes": int((counts == 0).sum()),
+            "used_codes": int((counts > 0).sum())}
 
 
 def assignment_ami(a, b) -> float:

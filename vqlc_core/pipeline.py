@@ -64,6 +64,9 @@ def build(cfg: BuildConfig, stages: list[str] | None = None, on_stage: Callable 
     `force` deletes the run first; `rebuild` builds that stage and every stage after it again."""
     check_run_name(cfg.run)
     run_dir = cfg.run_dir
+    if force and run_dir.is_symlink():
+        raise RunError(f"Run '{cfg.run}' is a link to {run_dir.resolve()}; --force deletes only a run's own folder, "
+                       "so remove the link yourself or choose another --run name.")
     if force and run_dir.exists() and distributed.is_main():
         shutil.rmtree(run_dir)  # the run's own folder only: its name is one safe path component
     distributed.barrier()

@@ -1,5 +1,6 @@
 """Case-study exports for a paper: figures (PNG, SVG), tables (CSV, LaTeX) and a zip bundle
-with a short Markdown report, made from pinned inputs (`browse.make_pin`). Every function
+with a short Markdown report, made from pinned inputs (`browse.make_pin`). Every export says
+where each pin comes from (run, model, layer, method, seed: `browse.PROVENANCE`). Every function
 returns bytes (or text) and touches no files, so the dashboard hands them to download buttons.
 
 Figures are drawn with matplotlib's object API (no pyplot state), which is safe to call from
@@ -10,15 +11,23 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import zipfile
 
 import pandas as pd
 
-from .browse import concept_color
+from .browse import PROVENANCE, concept_color
 
 FORMATS = ("png", "svg")
-TABLE_COLUMNS = ["pin", "method", "text", "prediction", "confidence", "concept", "label", "why", "delta",
+_LATEX = {"\\": r"\textbackslash{}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+          **{c: "\\" + c for c in "&%$#_{}"}}
+TABLE_COLUMNS = ["pin", *PROVENANCE, "text", "prediction", "confidence", "concept", "label", "why", "delta",
                  "new_prediction", "new_confidence"]
+
+
+def provenance_line(pin: dict) -> str:
+    """'run default, model minilm, layer 5, method vqlc, seed 0' (what the pin records of it)."""
+    return ", ".join(f"{k} {pin[k]}" for k in PROVENANCE if pin.get(k) is not None)
 
 
 def _figure(width: float, height: float):
@@ -30,11 +39,14 @@ def _figure(width: float, height: float):
     return fig
 
 
-def _save(fig, fmt: str) -> bytes:
+def _save(fig, fmt: str, pin: dict) -> bytes:
+    """The figure as `fmt` bytes; the file's own metadata (PNG text, SVG metadata) says where the
+    pin comes from, as the caption drawn in the figure does."""
     if fmt not in FORMATS:
         raise ValueError(f"Unknown figure format '{fmt}'; choose one of {', '.join(FORMATS)}.")
     buf = io.BytesIO()
-    fig.savefig(buf, format=fmt, bbox_inches="tight")
+    fig.savefig(buf, format=fmt, bbox_inches="tight",
+                metadata={"Title": f"vqlc case study: {pin['method']}", "Description": provenance_line(pin)})
     return buf.getvalue()
 
 
@@ -52,7 +64,10 @@ def ablation_figure(pin: dict, fmt: str = "png") -> bytes:
     ax.axvline(0, color="#444", linewidth=0.8)
     ax.set_xlabel(f"Δ confidence of '{pin['prediction']}' when ablated", parse_math=False)
     ax.set_title(f"{pin['method']}: concept ablation", parse_math=False)
-    return _save(fig, fmt)
+    ax.annotate(provenance_line(pin), xy=(0, 0), xycoords=("figure fraction", ax.xaxis.label), xytext=(0, -4),
+                textcoords="offset points", fontsize=6, color="#555", va="top", annotation_clip=False,
+                parse_math=False)
+    return _save(fig, fmt, pin)
 
 
 def sentence_figure(pin: dict, fmt: str = "png", width_px: int = 900) -> bytes:
@@ -77,12 +92,15 @@ def sentence_figure(pin: dict, fmt: str = "png", width_px: int = 900) -> bytes:
         fig.text(px / width_px, y - 14 / H, str(k), fontsize=6, color="#555")
     fig.text(0, 1 + 8 / H, f"{pin['method']} — prediction {pin['prediction']} ({pin['confidence']:.2f})",
              fontsize=9, parse_math=False)
-    return _save(fig, fmt)
+    fig.text(0, 1 - ((n_lines - 1) * 0.45 * 150 + 44) / H, provenance_line(pin), fontsize=6, color="#555",
+             parse_math=False, va="top")
+    return _save(fig, fmt, pin)
 
 
 def pins_table(pins: list[dict]) -> pd.DataFrame:
-    """One row per (pin, shown concept): input, prediction, concept and its ablation effect."""
-    rows = [{"pin": i + 1, "method": p["method"], "text": p["text"], "prediction": p["prediction"],
+    """One row per (pin, shown concept): where the pin comes from, its input and prediction,
+    the concept and its ablation effect."""
+    rows = [{"pin": i + 1, **{k: p.get(k) for k in PROVENANCE}, "text": p["text"], "prediction": p["prediction"],
              "confidence": p["confidence"], **{k: c[k] for k in ("concept", "label", "why", "delta",
                                                                  "new_prediction", "new_confidence")}}
             for i, p in enumerate(pins) for c in p["concepts"]]
@@ -93,16 +111,24 @@ def table_csv(df: pd.DataFrame) -> bytes:
     return df.to_csv(index=False).encode()
 
 
+def latex_escape(text: str) -> str:
+    """`text` with LaTeX's special characters escaped."""
+    return re.sub(r"[\\&%$#_{}~^]", lambda m: _LATEX[m.group()], text)
+
+
 def table_latex(df: pd.DataFrame, caption: str | None = None) -> bytes:
-    """A LaTeX tabular of `df` (special characters escaped, floats to 3 decimals)."""
+    """A LaTeX tabular of `df` (special characters escaped, in the caption too; floats to 3
+    decimals)."""
+    caption = latex_escape(caption) if caption else None
     return df.to_latex(index=False, escape=True, float_format="%.3f", caption=caption).encode()
 
 
 def markdown_report(pins: list[dict], figures: dict[int, list[str]] | None = None) -> str:
-    """A short Markdown report: per pin its input, prediction and concepts with ablation effects."""
+    """A short Markdown report: per pin where it comes from, its input, prediction and concepts
+    with ablation effects, and its figures, each with a caption that says where it comes from."""
     lines = ["# Case study", "", f"{len(pins)} pinned input(s).", ""]
     for i, p in enumerate(pins, 1):
-        lines += [f"## Pin {i} ({p['method']})", "", f"> {p['text']}", "",
+        lines += [f"## Pin {i} ({p['method']})", "", f"From: {provenance_line(p)}.", "", f"> {p['text']}", "",
                   f"Prediction: **{p['prediction']}** (confidence {p['confidence']:.3f})", "",
                   "| concept | label | why | Δ confidence | new prediction |", "|---|---|---|---|---|"]
         for c in p["concepts"]:
@@ -111,7 +137,8 @@ def markdown_report(pins: list[dict], figures: dict[int, list[str]] | None = Non
             lines.append("| " + " | ".join(s.replace("|", "\\|") for s in cells) + " |")
         lines.append("")
         for f in (figures or {}).get(i, []):
-            lines += [f"![{f}]({f})", ""]
+            kind = f.rsplit("_", 1)[-1].split(".")[0]  # figures/pin1_ablation.png -> ablation
+            lines += [f"![{f}]({f})", "", f"*Pin {i}, {kind} figure: {provenance_line(p)}.*", ""]
     return "\n".join(lines)
 
 
@@ -128,7 +155,8 @@ def bundle(pins: list[dict]) -> bytes:
                     z.writestr(path, draw(p, fmt))
                 figures.setdefault(i, []).append(f"figures/pin{i}_{name}.png")
         z.writestr("concepts.csv", table_csv(table))
-        z.writestr("concepts.tex", table_latex(table))
+        runs = "; ".join(dict.fromkeys(provenance_line({**p, "method": None}) for p in pins))
+        z.writestr("concepts.tex", table_latex(table, caption=f"Concepts of the pinned inputs ({runs})."))
         z.writestr("pins.json", json.dumps(pins, indent=2, default=str))
         z.writestr("report.md", markdown_report(pins, figures))
     return buf.getvalue()

@@ -15,7 +15,8 @@ import pandas as pd
 from .config import BuildConfig
 from .runio import CorruptStage, RunError, check_run_name, library_versions, read_json, read_parquet, write_json
 
-FORMAT_VERSION = 2  # of the manifest and the run layout; 2: one config per stage, one method format
+FORMAT_VERSION = 3  # of the manifest and the run layout; 2: one config per stage, one method format;
+# 3: a fine-tuning stage, train-only concepts with their mean, final features in the store
 
 
 def cache_dir_default() -> Path:
@@ -72,7 +73,7 @@ class Run:
             cfg = BuildConfig.from_json({**self.manifest.data["config"], "run": self.dir.name,
                                          "cache_dir": str(self.dir.parent.parent)})
         self.cfg = cfg
-        self._backbone = self._store = self._classifier = None
+        self._backbone = self._store = self._classifier = self._finetuned_head = None
 
     # --- parts ----------------------------------------------------------------------------
     @property
@@ -97,8 +98,19 @@ class Run:
 
             e = self.cfg.extract
             src = resolve_model(e.model, cache_dir=self.cfg.cache_dir)
-            self._backbone = Backbone.from_source(src, dtype=torch.float32, max_length=e.max_length, pooling=e.pooling)
+            bb = Backbone.from_source(src, dtype=torch.float32, max_length=e.max_length, pooling=e.pooling)
+            if self.manifest.is_complete("finetune") and (self.dir / "finetune" / "finetune.json").exists():
+                from .finetune import load_finetuned
+
+                self._finetuned_head = load_finetuned(bb, self.dir / "finetune")  # the model the run explains
+            self._backbone = bb
         return self._backbone
+
+    @property
+    def finetuned_head(self):
+        """The head trained with the backbone by the `finetune` stage, or None (frozen model)."""
+        self.backbone  # loads the fine-tuned weights and head when there are any
+        return self._finetuned_head
 
     @property
     def store(self):
@@ -127,15 +139,21 @@ class Run:
         return Explainer(self.classifier, self.layer, methods, ig_steps=self.cfg.eval.ig_steps,
                          autocast_dtype=e.autocast_dtype, aggregation=e.aggregation)
 
-    def concept_set(self, method: str):
+    def method_dir(self, method: str, seed: int | None = None) -> Path:
+        """Where a method's model and concepts live: methods/<m>/ for the first of the build's
+        seeds (the one the dashboard shows), methods/<m>/seeds/<seed>/ for the others."""
+        base = self.dir / "methods" / method
+        return base if seed is None or seed == self.cfg.method_seeds[0] else base / "seeds" / str(seed)
+
+    def concept_set(self, method: str, seed: int | None = None):
         from .concepts import ConceptSet
 
-        return ConceptSet.load(self.dir / "methods" / method, n_rows=self.store.n_rows, dim=self.store.dim)
+        return ConceptSet.load(self.method_dir(method, seed), n_rows=self.store.n_rows, dim=self.store.dim)
 
-    def method(self, name: str):
+    def method(self, name: str, seed: int | None = None):
         from .methods import method_class
 
-        return method_class(name).load(self.dir / "methods" / name / "model")
+        return method_class(name).load(self.method_dir(name, seed) / "model")
 
     def concept_map(self, method: str) -> pd.DataFrame:
         return read_parquet(self.dir / "methods" / method / "map.parquet")
@@ -235,3 +253,25 @@ def default_run(cache_dir: str | Path | None = None) -> str | None:
     """The run the dashboard opens first: the first fully built run, else the first run."""
     runs = list_runs(cache_dir)
     return next((p.name for p in runs if is_built(p)), runs[0].name if runs else None)
+
+
+def runs_overview(cache_dir: str | Path | None = None):
+    """One row per run (from manifests only, cheap): model, dataset, fine-tuning, test accuracy,
+    the words aligned per reference word of the text, and how many stages are finished."""
+    from .stages import stage_names
+
+    rows = []
+    for p in list_runs(cache_dir):
+        m = read_json(p / "manifest.json")
+        cfg, stages = m.get("config", {}), m.get("stages", {})
+        methods = cfg.get("methods", {}).get("methods", []) if isinstance(cfg.get("methods"), dict) else []
+        order = stage_names(methods) if methods else []
+        acc = stages.get("classifier", {}).get("accuracy", {})
+        rows.append({"run": p.name, "model": cfg.get("extract", {}).get("model"),
+                     "dataset": cfg.get("data", {}).get("dataset"),
+                     "fine-tuning": stages.get("finetune", {}).get("mode", "–"),
+                     "test accuracy": acc.get("test"),
+                     "word alignment": (m.get("alignment") or {}).get("ratio"),
+                     "stages done": f"{sum(stages.get(s, {}).get('state') == 'complete' for s in order)} / {len(order)}"})
+    return pd.DataFrame(rows, columns=["run", "model", "dataset", "fine-tuning", "test accuracy", "word alignment",
+                                       "stages done"])

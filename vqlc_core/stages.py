@@ -16,7 +16,6 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from . import distributed
 from .methods import METHODS, method_class
 from .runio import RunError, read_json, read_npy, write_json, write_npy, write_parquet
 
@@ -48,11 +47,36 @@ def stage_texts(run, name: str) -> dict:
     return {"n_texts": len(df), "splits": df["split"].value_counts().to_dict()}
 
 
+def stage_finetune(run, name: str) -> dict:
+    from .finetune import FinetuneConfig, finetune
+
+    bb = run.backbone
+    ft = run.cfg.finetune
+    mode = ft.mode_for(bb.kind, bb.is_classifier)
+    if mode == "none":
+        return {"mode": "none"}
+    ftcfg = FinetuneConfig(mode=mode, epochs=ft.finetune_epochs, batch_size=ft.finetune_batch_size, lr=ft.finetune_lr,
+                           lora_rank=ft.finetune_lora_rank, train_blocks=ft.finetune_train_blocks,
+                           dtype=ft.finetune_dtype, patience=ft.finetune_patience, seed=run.cfg.seed,
+                           probe_init=(ft.finetune_probe_init or ("on" if mode == "lora" else "off")) == "on")
+    head, info = finetune(bb, run.texts, run.class_names, ftcfg, run.dir / "finetune")
+    run._finetuned_head = head
+    return {"mode": mode, "chosen_epoch": info["chosen_epoch"], "dev_accuracy": info["best_dev_accuracy"],
+            "seconds": info["seconds"]}
+
+
 def stage_extract(run, name: str) -> dict:
     from .extract import build_store
 
+    from . import distributed
+    from .alignment import check_alignment
+
     ecfg, bb = run.cfg.extract, run.backbone
     layer = bb.check_layer(ecfg.layer if ecfg.layer is not None else max(1, bb.n_layers - 1))
+    # Words are what concepts are made of: refuse a tokenizer whose words do not line up with the text's.
+    ratio = check_alignment(bb, run.texts["text"].tolist())
+    run.manifest.data["alignment"] = {"ratio": round(ratio, 4), "family": bb.aligner.family,
+                                      "scheme": bb.aligner.scheme}
     run.manifest.data["layer"] = layer
     run.manifest.data["pooling"] = ecfg.pooling or bb.pooling
     device = distributed.device() if distributed.world() > 1 else "cpu"
@@ -62,11 +86,14 @@ def stage_extract(run, name: str) -> dict:
     finally:
         bb.model.to("cpu")
     run._store = store
-    return {"n_rows": store.n_rows, "dim": store.dim, "layer": layer}
+    return {"n_rows": store.n_rows, "dim": store.dim, "layer": layer, "alignment_ratio": round(ratio, 4)}
 
 
 def stage_classifier(run, name: str) -> dict:
-    from .classifier import Classifier, pooled_features
+    """The classifier being explained: a sequence-classification model's own head, the fine-tuned
+    head, or (frozen model) a logistic-regression head on the extraction's pooled last-layer
+    features; its accuracy per split."""
+    from .classifier import Classifier
 
     texts, bb = run.texts, run.backbone
     if bb.is_classifier:
@@ -74,10 +101,16 @@ def stage_classifier(run, name: str) -> dict:
         proba = np.concatenate([clf.predict_proba(texts["text"].iloc[i : i + 32].tolist())
                                 for i in range(0, len(texts), 32)])
     else:
-        feats = pooled_features(bb, texts["text"].tolist(), batch_size=run.cfg.extract.batch_size,
-                                autocast_dtype=run.cfg.extract.autocast_dtype)
-        train = (texts["split"] == "train").to_numpy()
-        clf = Classifier.train(bb, feats[train], texts["label"].to_numpy()[train], run.class_names, seed=run.cfg.seed)
+        feats = run.store.final_features()  # (n_texts, d), from the extraction's forward
+        if len(feats) != len(texts):
+            raise RunError(f"The store has final features of {len(feats)} texts, expected {len(texts)}; "
+                           "pass --rebuild extract.")
+        if run.finetuned_head is not None:
+            clf = Classifier(bb, run.class_names, run.finetuned_head)
+        else:
+            train = (texts["split"] == "train").to_numpy()
+            clf = Classifier.train(bb, feats[train], texts["label"].to_numpy()[train], run.class_names,
+                                   seed=run.cfg.seed)
         proba = clf.head_proba(feats)
     pred = proba.argmax(1)
     acc = {s: float((pred[m] == texts["label"].to_numpy()[m]).mean())
@@ -106,68 +139,65 @@ def stage_fitset(run, name: str) -> dict:
 
 
 def stage_method(run, name: str) -> dict:
+    """Fit method `name` once per seed of the build on the shared rows; the first seed's model
+    and concepts go to methods/<name>/, the others' to methods/<name>/seeds/<seed>/."""
+    from . import distributed
     from .concepts import ConceptSet
 
     cfg, store = run.cfg, run.store
-    cls, workdir = method_class(name), run.dir / "methods" / name
+    cls, info = method_class(name), {}
     rows = cls.fit_rows(cfg.methods, store, read_npy(run.dir / "fitset.npy"))
-    method = cls.from_config(cfg.methods, cfg.seed, workdir).fit(store, rows=rows)
-    if not distributed.is_main():
-        return {}  # every rank holds the fitted model; rank 0 assigns and saves
-    assignments = method.predict_store(store)
-    info = dict(method.fit_info_)
-    cs = ConceptSet.from_assignments(name, store, assignments, method.n_concepts, run.class_names,
-                                     extra=method.concept_extra(), info=info, seed=cfg.seed)
-    method.save(workdir / "model")
-    cs.save(workdir)
-    shutil.rmtree(workdir / "checkpoint", ignore_errors=True)
-    return {"fit_time_s": round(info["fit_time_s"], 2), "peak_rss_mb": round(info["peak_rss_mb"], 1),
-            "n_fit_rows": int(len(rows)), "used_concepts": int((cs.summary["size"] > 0).sum())}
+    for seed in cfg.method_seeds:
+        workdir = run.method_dir(name, seed)
+        method = cls.from_config(cfg.methods, seed, workdir).fit(store, rows=rows)
+        if not distributed.is_main():
+            continue  # every rank holds the fitted model; rank 0 assigns and saves
+        assignments = method.predict_store(store)
+        fit = dict(method.fit_info_)
+        cs = ConceptSet.from_assignments(name, store, assignments, method.n_concepts, run.class_names,
+                                         extra=method.concept_extra(), info=fit, seed=seed)
+        method.save(workdir / "model")
+        cs.save(workdir)
+        shutil.rmtree(workdir / "checkpoint", ignore_errors=True)
+        info = info or {"fit_time_s": round(fit["fit_time_s"], 2), "peak_rss_mb": round(fit["peak_rss_mb"], 1),
+                        "n_fit_rows": int(len(rows)), "used_concepts": int((cs.summary["size"] > 0).sum())}
+    return {**info, "seeds": list(cfg.method_seeds)}
 
 
 def stage_evaluate(run, name: str) -> dict:
-    from .faithfulness import faithfulness
-    from .metrics import codebook_perplexity, dead_codes
+    from .evaluate import evaluate
 
-    cfg = run.cfg
-    methods = {m: (run.method(m), run.concept_set(m)) for m in run.methods_built()}
-    measures = {}
-    dev = run.store.rows_where(split="dev")
-    for m, (method, cs) in methods.items():
-        sizes = cs.summary["size"].to_numpy()
-        a = cs.assignments
-        measures[m] = {"perplexity": float(codebook_perplexity(a, cs.n_concepts)),
-                       "dead_codes": int(dead_codes(a, cs.n_concepts)),
-                       "mean_purity": float(np.average(cs.summary["purity"], weights=np.maximum(sizes, 1e-9))),
-                       "size_quantiles": np.quantile(sizes, [0, 0.25, 0.5, 0.75, 1]).tolist(), **cs.info}
-        measures[m].update({f"dev_{k}": v for k, v in method.score_store(run.store, dev).items()})
-    texts = run.texts
-    test = texts[texts["split"] == "test"]["text"].tolist()[: cfg.eval.faithfulness_texts]
-    table = faithfulness(run.explainer(methods), test, seed=cfg.seed)
-    acc = read_json(run.dir / "classifier" / "metrics.json")["accuracy"]
-    write_parquet(run.dir / "eval" / "faithfulness.parquet", table)
-    write_json(run.dir / "eval" / "measures.json", {"methods": measures, "classifier_accuracy": acc})
-    return {"n_texts": len(test)}
+    return evaluate(run)
 
 
 def stage_maps(run, name: str) -> dict:
+    from .browse import precompute_clouds
     from .maps import concept_map
 
     for m in run.methods_built():
         write_parquet(run.dir / "methods" / m / "map.parquet", concept_map(run.concept_set(m), seed=run.cfg.seed))
+        precompute_clouds(run, m, n=24)  # the Concepts page's first grid page opens without drawing
     return {"methods": run.methods_built()}
 
 
 # --- the registry, in build order --------------------------------------------------------------
 STAGES: tuple[Stage, ...] = (
     Stage("texts", stage_texts, ("texts.parquet",), ("dataset", "text_column", "label_column", "limit", "seed")),
-    Stage("extract", stage_extract, ("store/store.json", "store/tokens.parquet", "store/vectors_*.npy"),
+    Stage("finetune", stage_finetune, ("finetune/*",),
+          ("model", "pooling", "max_length", "finetune", "finetune_epochs", "finetune_batch_size", "finetune_lr",
+           "finetune_lora_rank", "finetune_train_blocks", "finetune_dtype", "finetune_patience", "finetune_probe_init",
+           "seed")),
+    Stage("extract", stage_extract, ("store/store.json", "store/tokens.parquet", "store/vectors_*.npy",
+                                     "store/final.npy"),
           ("model", "layer", "pooling", "aggregation", "max_length", "dtype"), sharded=True),
     Stage("classifier", stage_classifier, ("classifier/*",), ("seed",)),
     Stage("fitset", stage_fitset, ("fitset.npy",), ("max_per_word", "min_word_count", "fit_max_rows", "seed")),
     Stage("method", stage_method, ("methods/{name}/*.npy", "methods/{name}/*.json", "methods/{name}/summary.parquet",
-                                   "methods/{name}/model/*"), ("n_concepts", "seed"), sharded=True, per_method=True),
-    Stage("evaluate", stage_evaluate, ("eval/*",), ("methods", "faithfulness_texts", "ig_steps", "seed")),
+                                   "methods/{name}/model/*", "methods/{name}/seeds/*/*.npy",
+                                   "methods/{name}/seeds/*/*.json", "methods/{name}/seeds/*/summary.parquet",
+                                   "methods/{name}/seeds/*/model/*"),
+          ("n_concepts", "seed", "seeds"), sharded=True, per_method=True),
+    Stage("evaluate", stage_evaluate, ("eval/*",), ("methods", "faithfulness_texts", "ig_steps", "seed", "seeds")),
     Stage("maps", stage_maps, ("methods/*/map.parquet",), ("methods", "seed")),
 )
 

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import numpy as np
-import torch
 
 from .runio import RunError, read_json, read_npy, read_parquet, write_json, write_npy
 
 STORE_FILE = "store.json"
+FINAL_FILE = "final.npy"  # (n_texts, d) float32: each text's pooled last-layer state, the classifier's features
 TOKEN_COLUMNS = ["text_id", "split", "word_index", "word", "kind", "label"]
 
 
@@ -65,6 +65,8 @@ class _Reader:
         Shuffling permutes the shard order and the rows within each shard, so memory is
         bounded by one shard whatever the size of the store.
         """
+        import torch
+
         rng = np.random.default_rng(seed)
         chunks = self._chunks()
         order = rng.permutation(len(chunks)) if shuffle else np.arange(len(chunks))
@@ -172,6 +174,14 @@ class ActivationStore(_Reader):
 
     def _chunks(self):
         return self._shards
+
+    def final_features(self) -> np.ndarray:
+        """Each text's pooled last-layer representation (n_texts, d), in text order, from the
+        extraction's own forward pass: the classifier's features."""
+        path = self.path / FINAL_FILE
+        if not path.exists():
+            raise RunError(f"The store in {self.path} has no {FINAL_FILE}; rebuild the 'extract' stage.")
+        return read_npy(path)
 
     def rows_where(self, split: str | None = None, kind: str | None = None) -> np.ndarray:
         t = self.tokens

@@ -24,6 +24,18 @@ def squared_distances(z: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
     return d.clamp_min_(0.0)
 
 
+def orthogonality_penalty(weight: torch.Tensor) -> torch.Tensor:
+    """||WᵀW - I||²_F / n for a linear map W (d_out, d_in), n = min(d_out, d_in) (the Gram matrix
+    of the smaller side): the mean of (σ_i² - 1)² over W's singular values, 0 for an isometry.
+
+    Divided by n, its gradient per weight does not grow with the width, so one weight suits
+    models of any hidden size, as the mean-squared reconstruction loss does.
+    """
+    gram = weight.t() @ weight if weight.shape[0] >= weight.shape[1] else weight @ weight.t()  # (n, n)
+    eye = torch.eye(len(gram), dtype=gram.dtype, device=gram.device)
+    return (gram - eye).pow(2).sum() / len(gram)
+
+
 def normalization(mean: np.ndarray, var: np.ndarray, how: str = "center_rms") -> tuple[np.ndarray, np.ndarray]:
     """Mean and scale (d,) float32 for `VQModel.set_normalization_`, from per-dimension moments.
 
@@ -175,10 +187,15 @@ class EMACodebook(nn.Module):
 
         Dead codes, in index order, take the batch encodings with the largest assignment error
         (distance to their nearest code): the first dead code the largest, the next the next
-        largest, ties in batch order. The dead set comes from the (reduced, identical) EMA
-        counts. Across ranks the batch is the global one: each rank offers its own largest-error
-        encodings, all are gathered in rank order, and every rank picks the same ones, so every
-        rank makes the same change and it equals the change one process makes on the whole batch.
+        largest, ties in batch order. A re-seeded code starts at the uniform share of the EMA
+        counts (their sum / K, as at `init_`), not at the threshold: at the threshold one batch
+        without rows would mark it dead again, while from the share it has about
+        log(threshold / share) / log(decay) empty batches to win rows (about 300 at VQLC's
+        defaults: threshold 0.05 of the share, decay 0.99).
+        The dead set and the share come from the (reduced, identical) EMA counts. Across ranks
+        the batch is the global one: each rank offers its own largest-error encodings, all are
+        gathered in rank order, and every rank picks the same ones, so every rank makes the same
+        change and it equals the change one process makes on the whole batch.
         """
         dead = torch.nonzero(self.cluster_size < self.dead_threshold).squeeze(1)  # (n_dead,), in index order
         if len(dead) == 0:
@@ -187,6 +204,7 @@ class EMACodebook(nn.Module):
         self.all_reduce_fn(n_batch)
         dead = dead[: min(len(dead), int(n_batch))]
         n = len(dead)
+        share = self.cluster_size.sum() / self.n_codes
         err = dists.min(1).values if len(z) else z.new_zeros(0)  # (B,)
         top = torch.argsort(err, descending=True, stable=True)[:n]
         offer = torch.full((n, self.dim + 1), float("-inf"), dtype=self.embed.dtype, device=z.device)  # (n, 1 + dz)
@@ -195,8 +213,8 @@ class EMACodebook(nn.Module):
         offers = torch.cat(self.all_gather_fn(offer))  # (N·n, 1 + dz), rank order
         new = offers[torch.argsort(offers[:, 0], descending=True, stable=True)[:n], 1:]  # (n, dz)
         self.embed[dead] = new
-        self.cluster_size[dead] = self.dead_threshold
-        self.embed_avg[dead] = new * self.dead_threshold
+        self.cluster_size[dead] = share
+        self.embed_avg[dead] = new * share
         return n
 
 
@@ -209,13 +227,19 @@ class VQOutput:
     quantized: torch.Tensor  # (B, dz) straight-through codes
     indices: torch.Tensor  # (B,) nearest code
     dists: torch.Tensor  # (B, K) squared distances to every code
-    loss: torch.Tensor  # rec + beta * commit
+    loss: torch.Tensor  # rec + beta * commit + ortho_weight * ortho
     rec: torch.Tensor  # MSE(recon, h)
     commit: torch.Tensor  # MSE(z, sg(e))
+    ortho: torch.Tensor  # orthogonality penalty of the encoder's projection P
 
 
 class VQModel(nn.Module):
-    """Encoder -> EMA codebook -> decoder; loss = MSE(recon, h) + beta·||z - sg(e)||².
+    """Encoder -> EMA codebook -> decoder;
+    loss = MSE(recon, h) + beta·||z - sg(e)||² + ortho_weight·||PᵀP - I||²_F / d.
+
+    The last term keeps the encoder's projection P near an isometry, so distances between codes
+    and encodings stay distances of the model's space (see `orthogonality_penalty`); without
+    it P stretches a few directions and shrinks the rest during training.
 
     `forward` works in the normalised space h = (x - norm_mean) / norm_scale; `normalize` and
     `denormalize` map raw vectors x into it and reconstructions back. The buffers `norm_mean` and
@@ -223,10 +247,11 @@ class VQModel(nn.Module):
     """
 
     def __init__(self, dim: int, n_codes: int = 400, code_dim: int | None = None, hidden: int = 256,
-                 beta: float = 0.25, decay: float = 0.99, eps: float = 1e-5, dead_threshold: float = 0.1):
+                 beta: float = 0.25, decay: float = 0.99, eps: float = 1e-5, dead_threshold: float = 0.1,
+                 ortho_weight: float = 0.0):
         super().__init__()
         code_dim = dim if code_dim is None else code_dim
-        self.beta = beta
+        self.beta, self.ortho_weight = beta, ortho_weight
         self.register_buffer("norm_mean", torch.zeros(dim))
         self.register_buffer("norm_scale", torch.ones(dim))
         self.encoder = ResidualEncoder(dim, code_dim, hidden)
@@ -254,4 +279,10 @@ class VQModel(nn.Module):
         recon = self.decoder(quantized)  # (B, d)
         rec = F.mse_loss(recon, h)
         commit = F.mse_loss(z, quantized.detach())
-        return VQOutput(recon, z, quantized, idx, dists, rec + self.beta * commit, rec, commit)
+        loss = rec + self.beta * commit
+        if self.ortho_weight:  # the penalty costs two (d, d) matmuls a step; skipped when off
+            ortho = orthogonality_penalty(self.encoder.proj.weight)
+            loss = loss + self.ortho_weight * ortho
+        else:
+            ortho = torch.zeros((), device=h.device)
+        return VQOutput(recon, z, quantized, idx, dists, loss, rec, commit, ortho)

@@ -28,8 +28,15 @@ class VQLC(ConceptMethod):
     residual decoder; `predict` returns the index of the closest code in the code book.
 
     beta: weight of the commitment loss. decay, eps: EMA decay and Laplace smoothing of counts.
+    ortho_weight: weight λ of the penalty λ·||PᵀP - I||²_F / d that keeps the encoder's
+        projection P near an isometry of the model's space (0 turns it off, as in the paper).
+        Off, P stretches during training (singular values 0.04 to 2.9 on the default store, mean
+        ||z||²/d 3.6 against 1.0 for the states, a commitment loss that rises every epoch) and
+        codes are assigned in a distorted space. The default 4 keeps them within 0.96 to 1.20
+        (||z||²/d 1.27, commitment falling) at a dev R² of 0.374 against 0.388 off (3 seeds);
+        0.4 leaves a stretch of 1.5, 40 and a frozen P = I do no better (bench/vqlc_fidelity.py).
     dead_threshold: a code is re-seeded when its EMA count falls below this fraction of its
-        share under uniform use (batch_size / n_concepts).
+        share under uniform use (batch_size / n_concepts); it restarts at that share.
     hidden: width of the encoder's and decoder's non-linear branch.
     init_sample: at most this many rows seed the codebook by farthest-first traversal.
     normalize: 'center_rms' (default: subtract the mean, divide by one global RMS; chosen by
@@ -44,13 +51,14 @@ class VQLC(ConceptMethod):
     name = "vqlc"
     config_keys = ("vqlc_beta", "vqlc_epochs", "vqlc_fit_on")
 
-    def __init__(self, n_concepts: int = 400, beta: float = 0.25, decay: float = 0.99, eps: float = 1e-5,
-                 dead_threshold: float = 0.05, epochs: int | None = None, batch_size: int = 256, lr: float = 1e-3,
-                 hidden: int = 256, init_sample: int = 20000, normalize: str = "center_rms", seed: int = 0,
-                 checkpoint_dir: str | None = None, device: str = "cpu", progress: bool = True,
+    def __init__(self, n_concepts: int = 400, beta: float = 0.25, ortho_weight: float = 4.0, decay: float = 0.99,
+                 eps: float = 1e-5, dead_threshold: float = 0.05, epochs: int | None = None, batch_size: int = 256,
+                 lr: float = 1e-3, hidden: int = 256, init_sample: int = 20000, normalize: str = "center_rms",
+                 seed: int = 0, checkpoint_dir: str | None = None, device: str = "cpu", progress: bool = True,
                  min_steps: int = 1000):
         self.n_concepts = n_concepts
         self.beta = beta
+        self.ortho_weight = ortho_weight
         self.decay = decay
         self.eps = eps
         self.dead_threshold = dead_threshold
@@ -84,6 +92,8 @@ class VQLC(ConceptMethod):
     def _validate(self) -> None:
         if self.normalize not in NORMALIZE:
             raise ValueError(f"normalize must be one of {', '.join(NORMALIZE)}, got {self.normalize!r}.")
+        if self.ortho_weight < 0:
+            raise ValueError(f"ortho_weight must be >= 0, got {self.ortho_weight}.")
         if not 0.0 <= self.decay < 1.0:
             raise ValueError(f"decay must lie in [0, 1), got {self.decay}.")
         for key in ("n_concepts", "min_steps", "batch_size", "hidden", "init_sample"):
@@ -104,7 +114,7 @@ class VQLC(ConceptMethod):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
             return VQModel(dim, self.n_concepts, hidden=self.hidden, beta=self.beta, decay=self.decay,
-                           eps=self.eps, dead_threshold=threshold).to(self.device)
+                           eps=self.eps, dead_threshold=threshold, ortho_weight=self.ortho_weight).to(self.device)
 
     def _set_normalization(self, store, rows: np.ndarray) -> None:
         """Mean and scale from one streamed pass over the fit rows, into the model's buffers."""
@@ -187,7 +197,7 @@ class VQLC(ConceptMethod):
                    disable=None if self.progress and distributed.is_main() else True, unit="step")
         for epoch in range(start, self.n_epochs_):
             model.train()
-            sums = {"loss": 0.0, "rec": 0.0, "commit": 0.0}
+            sums = {"loss": 0.0, "rec": 0.0, "commit": 0.0, "ortho": 0.0}
             counts = torch.zeros(self.n_concepts, dtype=torch.long)
             replaced = 0
             for batch in store.iter_batches(self.batch_size, shuffle=True, seed=self.seed + epoch, rows=rows):

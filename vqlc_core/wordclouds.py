@@ -10,9 +10,12 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import logging
 from pathlib import Path
 
 from .runio import atomic_path
+
+log = logging.getLogger(__name__)
 
 WIDTH, HEIGHT = 400, 300
 
@@ -35,13 +38,19 @@ def cloud_path(run_dir: str | Path, method: str, k: int, top_words_json: str) ->
 
 
 def concept_cloud(run_dir: str | Path, method: str, k: int, top_words_json: str) -> Path | None:
-    """Path of concept k's cloud PNG, drawn now if not cached; None for a concept with no words."""
+    """Path of concept k's cloud PNG, drawn now if not cached; None for a concept with no words, or
+    one whose cloud cannot be drawn (words too long for the canvas, a font that fails): the page
+    shows its word list instead."""
     words = json.loads(top_words_json)
     if not words:
         return None
     path = cloud_path(run_dir, method, k, top_words_json)
     if not path.exists():
-        png = render_cloud({str(w): float(c) for w, c in words}, seed=int(k))
+        try:
+            png = render_cloud({str(w): float(c) for w, c in words}, seed=int(k))
+        except Exception as err:  # whatever the drawing library raises, no page shows it
+            log.debug("no word cloud for %s concept %d: %s: %s", method, k, type(err).__name__, err)
+            return None
         with atomic_path(path) as tmp:
             tmp.write_bytes(png)
     return path

@@ -97,7 +97,8 @@ def _load_quietly(run_dir: str, sp: int) -> None:
 def warm_up() -> None:
     """Load the chosen (or default) run's explainer in a background thread, once per run, so the
     Explain and Compare pages open fast; a page that needs it sooner waits for the same load
-    (Streamlit computes one cache key once)."""
+    (Streamlit computes one cache key once). The app calls it after the page is drawn, so the
+    load does not slow the first page down."""
     runs = {p.name: p for p in list_runs(cache_dir())}
     path = runs.get(st.session_state.get("run")) or runs.get(default_run(cache_dir()))
     if path is None or not is_built(path):

@@ -1,9 +1,11 @@
-"""Views several pages show: one concept's own view, and the cards of an explanation's concepts
-with a toggle each that ablates them together."""
+"""Views several pages show: one concept's own view, a concept's picture (its word cloud, or its
+word list where no cloud can be drawn), and the cards of an explanation's concepts with a toggle
+each that ablates them together, the prediction they give shown above the cards."""
 
 from __future__ import annotations
 
 import html
+import re
 
 import plotly.express as px
 import streamlit as st
@@ -12,7 +14,28 @@ from vqlc_core import browse
 from vqlc_core.run import Run
 
 from .loaders import ablate, cloud, concepts, stamp, texts, tokens
-from .widgets import text_key
+from .widgets import guard, text_key
+
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|~<>$&])")
+# The ablation result stays in view while the cards under it scroll, so it is always beside the
+# toggle just pressed (the header bar is 3.75rem high).
+_STICKY = ("<style>div:has(> [class*='st-key-ablation_result_']) {position: sticky; top: 3.75rem; z-index: 3; "
+           "background: var(--st-background-color, #fff);}</style>")
+
+
+def plain(text: str) -> str:
+    """`text` for st.markdown / st.caption, shown as it is (no markup, math or HTML)."""
+    return _MARKDOWN.sub(r"\\\1", text)
+
+
+def concept_picture(run: Run, method: str, k: int, width: int | str = "stretch") -> None:
+    """Concept k's word cloud, or its top words as text where no cloud can be drawn."""
+    path = cloud(run, method, k)
+    if path is not None:
+        st.image(str(path), width=width)
+        return
+    words = [w for w, _ in concepts(str(run.dir), stamp(run), method).top_words(k, 15)]
+    st.caption(plain(", ".join(words)) if words else "No words: its members are prediction rows.")
 
 
 def concept_view(run: Run, method: str, k: int) -> None:
@@ -27,9 +50,7 @@ def concept_view(run: Run, method: str, k: int) -> None:
     c.metric("Prediction rows", int(row["n_pred"]))
     left, right = st.columns(2)
     with left:
-        path = cloud(run, method, k)
-        if path is not None:
-            st.image(str(path), width="stretch")
+        concept_picture(run, method, k)
         dist = browse.class_distribution(row)
         if len(dist):
             fig = px.bar(dist, x="class", y="count", title="Class distribution", height=260)
@@ -43,20 +64,29 @@ def concept_view(run: Run, method: str, k: int) -> None:
         st.markdown("**Contexts**\n\n" + "\n".join(lines), unsafe_allow_html=True)
 
 
-def ablation_panel(run: Run, method: str, text: str, ex: dict, cloud_width: int = 160) -> list[int]:
-    """Cards for the concepts the explanation shows, each with an ablation toggle; then the
-    prediction with the toggled concepts ablated together. Returns the toggled concept ids."""
+def ablation_panel(run: Run, method: str, text: str, ex: dict, cloud_width: int = 120) -> list[int]:
+    """The prediction with the toggled concepts ablated together, then a card for each concept
+    the explanation shows (its picture, label, why it is shown, an Ablate toggle). The result is
+    drawn above the cards and kept in view as they scroll. Returns the toggled concept ids."""
+    st.html(_STICKY)
+    result = st.container(key=f"ablation_result_{method}")
     chosen = []
     for c in browse.shown_concepts(ex, method):
         with st.container(border=True):
-            st.markdown(f"**{html.escape(c['label'])}**  \n{html.escape(c['why'])}")
-            path = cloud(run, method, c["concept"])
-            if path is not None:
-                st.image(str(path), width=cloud_width)
-            if st.toggle("Ablate", key=f"abl_{method}_{c['concept']}_{text_key(text)}"):
-                chosen.append(c["concept"])
-    if chosen:
-        r = ablate(str(run.dir), stamp(run), text, method, tuple(sorted(chosen)))
-        st.metric(f"Ablated {len(chosen)}: prediction", f"{r['prediction']} ({r['confidence']:.3f})",
-                  delta=f"{r['delta']:+.3f} on '{ex['prediction']}'")
+            picture, body = st.columns([2, 3], vertical_alignment="center")
+            with picture:
+                concept_picture(run, method, c["concept"], width=cloud_width)
+            with body:
+                st.markdown(f"**{html.escape(c['label'])}**  \n{html.escape(c['why'])}")
+                if st.toggle("Ablate", key=f"abl_{method}_{c['concept']}_{text_key(text)}"):
+                    chosen.append(c["concept"])
+    with result:
+        if chosen:
+            with guard():
+                r = ablate(str(run.dir), stamp(run), text, method, tuple(sorted(chosen)))
+            st.metric(f"Ablated {len(chosen)}: prediction", f"{r['prediction']} ({r['confidence']:.3f})",
+                      delta=f"{r['delta']:+.3f} on '{ex['prediction']}'")
+        else:
+            st.metric("Ablated 0: prediction", f"{ex['prediction']} ({ex['confidence']:.3f})",
+                      help="Toggle Ablate on the concepts below to project them out of the layer together.")
     return chosen

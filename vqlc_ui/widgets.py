@@ -1,6 +1,7 @@
 """Widgets the pages share: the guard that turns a run error into one sentence, the rebuild
-button it offers, the sidebar's run and method selectors, the shared input text and the pin
-button. Values chosen on one page are kept for the others in `st.session_state`.
+button it offers, the sidebar's run and method selectors, the shared input text (cleaned, in the
+browser and on the server) and the pin button. Values chosen on one page are kept for the
+others in `st.session_state`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 import streamlit as st
 
 from vqlc_core import browse
+from vqlc_core.inputs import clean_input
 from vqlc_core.run import Run, default_run, list_runs
 from vqlc_core.runio import CorruptStage, RunError
 
@@ -77,10 +79,44 @@ def _select(label: str, key: str, options: list, default=None, **kw):
 
 
 def text_input(label: str = "Input text", height: int = 100) -> str:
-    """The input text, shared by Explain and Compare."""
-    text = st.text_area(label, key=persisted("text", EXAMPLE), height=height)
+    """The input text, shared by Explain and Compare. It is cleaned before the box is drawn, so
+    nothing downstream sees (or sends back) a lone surrogate or a control character, with a
+    notice of what was replaced while that text stays."""
+    wkey = persisted("text", EXAMPLE)
+    clean, notice = clean_input(st.session_state[wkey])
+    if notice:
+        st.session_state[wkey] = clean  # before the widget exists, so the box shows the cleaned text
+        st.session_state["text_notice"] = (clean, notice)
+    text = st.text_area(label, key=wkey, height=height)
     st.session_state["text"] = text
+    kept = st.session_state.get("text_notice")
+    if kept and kept[0] == text:
+        st.warning(kept[1], icon=":material/edit_note:")
     return text
+
+
+# Streamlit's browser client encodes a lone surrogate (half of an emoji's UTF-16 pair, e.g. from
+# a script or a broken paste) as invalid UTF-8, and its server closes the connection on it (code
+# 1002) before any page runs. So every typed value is made well-formed in the browser, at the
+# input event, before the client reads it.
+WELL_FORMED_TYPING = """<script>
+if (!window.vqlcWellFormed) {
+  window.vqlcWellFormed = true;
+  window.addEventListener("input", (e) => {
+    const box = e.target;
+    if (!(box instanceof HTMLTextAreaElement || box instanceof HTMLInputElement)) return;
+    if (typeof box.value !== "string" || box.value.isWellFormed()) return;
+    const proto = box instanceof HTMLTextAreaElement ? HTMLTextAreaElement.prototype : HTMLInputElement.prototype;
+    Object.getOwnPropertyDescriptor(proto, "value").set.call(box, box.value.toWellFormed());
+  }, true);
+}
+</script>"""
+
+
+def well_formed_typing() -> None:
+    """Install, once per browser page, the script that replaces lone surrogates in typed text
+    by U+FFFD before Streamlit's client sends it (see WELL_FORMED_TYPING)."""
+    st.sidebar.html(WELL_FORMED_TYPING, unsafe_allow_javascript=True)
 
 
 def text_key(text: str) -> str:
@@ -91,6 +127,7 @@ def text_key(text: str) -> str:
 def sidebar(need: tuple[str, ...] = (), choose_method: bool = True):
     """Run (and method) selectors. Stops the page with an explanation when no run is built or
     the chosen run lacks a stage in `need`. Returns (run, method or None)."""
+    well_formed_typing()  # every page with a run has a box to type in
     cache = loaders.cache_dir()
     runs = [p.name for p in list_runs(cache)]
     if not runs:
@@ -104,18 +141,20 @@ def sidebar(need: tuple[str, ...] = (), choose_method: bool = True):
     missing = [s for s in need if not run.manifest.is_complete(s)]
     built = run.methods_built()
     if missing or (choose_method and not built):
-        what = missing[0] if missing else "a concept method"
-        st.warning(f"Run '{run.dir.name}' has no finished '{what}' stage yet; finish it with "
-                   f"`python -m vqlc_core build --run {run.dir.name}` or choose another run.")
+        st.warning(browse.unfinished_message(run, missing[0] if missing else "a concept method"))
         st.stop()
     method = _select("Concept method", "method", built) if choose_method else None
     return run, method
 
 
 def pin_button(run: Run, method: str, text: str, key: str) -> None:
-    """A button that pins this input and its concepts for the Case study page."""
+    """A button that pins this input and its concepts, with the run's provenance, for the Case
+    study page; an input already pinned from this run and method is not pinned again."""
     if st.button("Pin for the case study", key=key, icon=":material/push_pin:"):
-        pin = browse.make_pin(loaders.explainer(str(run.dir), loaders.stamp(run)), text, method)
-        st.session_state.setdefault("pins", []).append({**pin, "run": run.dir.name})
-        n = len(st.session_state["pins"])
-        st.toast(f"Pinned: {n} pin{'s' if n != 1 else ''} in the case study.")
+        pins = st.session_state.setdefault("pins", [])
+        if browse.find_pin(pins, run.dir.name, method, text) is not None:
+            st.toast("Already pinned: this input and method are in the case study.")
+            return
+        pins.append(browse.make_pin(loaders.explainer(str(run.dir), loaders.stamp(run)), text, method,
+                                    source=browse.provenance(run, method)))
+        st.toast(f"Pinned: {len(pins)} pin{'s' if len(pins) != 1 else ''} in the case study.")

@@ -1,0 +1,86 @@
+"""First load of each dashboard page: a fresh `streamlit run app.py` server per page (so nothing
+is cached in it), one chromium page at 1400x900, the time from asking for the page's URL to a
+settled page: its title shown, the script finished, no stale element, no skeleton, no spinner
+and every image loaded. A second visit in a new session of the same server is timed as well.
+
+    .venv/bin/python bench/first_load.py --run-dir cache/runs/default   # writes bench/results/first_load.json
+
+The run should be a full build of the default preset (MiniLM on MR, K = 400), the one a new
+user opens first. The machine's other load is reported with the times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+from dashboard_server import ARGS, CHROMIUM, serve  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results" / "first_load.json"
+# page path -> the start of its title (a page whose title names the method ends in it)
+PAGES = {"": "Concepts: ", "codebook_map": "Codebook map: ", "explain": "Explain a prediction",
+         "compare": "Compare concept methods", "case_study": "Case study", "build": "Build a run"}
+SETTLED = """() => {
+    const app = document.querySelector('[data-testid="stApp"]');
+    if (app?.dataset.testScriptState !== 'notRunning') return false;
+    if (document.querySelector('[data-stale="true"], [data-testid^="stSkeleton"], [data-testid="stAppSkeleton"], '
+                               + '[data-testid="stSpinner"]')) return false;
+    return [...document.querySelectorAll('[data-testid="stMain"] img')].every(i => i.complete && i.naturalWidth > 0);
+}"""
+
+
+def settle_time(browser, url: str, title: str, timeout_ms: int = 120_000) -> float:
+    """Seconds from asking for `url` to a settled page whose title starts with `title`."""
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    try:
+        t0 = time.perf_counter()
+        page.goto(url)
+        page.locator("h1").filter(has_text=title).first.wait_for(timeout=timeout_ms)
+        # A page that settles for a moment between two runs is not settled: ask twice, 200 ms apart.
+        while True:
+            page.wait_for_function(SETTLED, timeout=timeout_ms)
+            t = time.perf_counter() - t0
+            page.wait_for_timeout(200)
+            if page.evaluate(SETTLED):
+                return t
+    finally:
+        context.close()
+
+
+def main() -> None:
+    from playwright.sync_api import sync_playwright
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--run-dir", type=Path, default=ROOT / "cache" / "runs" / "default",
+                    help="a built run (default: cache/runs/default)")
+    ap.add_argument("--pages", nargs="+", default=list(PAGES), help="page paths ('' is Concepts)")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args()
+    if not (args.run_dir / "manifest.json").exists():
+        raise SystemExit(f"No run in {args.run_dir}; build it with `vqlc build` or pass --run-dir.")
+    rows = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
+        for path in args.pages:
+            with serve(args.run_dir) as (base, _):
+                load = os.getloadavg()[0]
+                first = settle_time(browser, f"{base}/{path}", PAGES[path])
+                again = settle_time(browser, f"{base}/{path}", PAGES[path])
+            rows.append({"page": path or "concepts", "first_s": round(first, 2), "second_visit_s": round(again, 2),
+                         "load_average_1min": round(load, 2)})
+            print(f"{rows[-1]['page']:>13}: first load {first:5.2f} s, second visit {again:5.2f} s "
+                  f"(load average {load:.1f})", flush=True)
+        browser.close()
+    out = {"run": args.run_dir.resolve().name, "viewport": "1400x900", "cpus": os.cpu_count(), "pages": rows}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

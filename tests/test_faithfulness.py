@@ -1,0 +1,112 @@
+"""The faithfulness table: one row per (method, target, sentence) on the real MiniLM with K-Means
+concepts (the explainer fixtures of test_explain), seeded controls with the energy they remove,
+and the bootstrap summaries and paired differences on rows made by hand."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from tests.test_explain import explainer, setup  # noqa: F401 (module fixtures)
+from vqlc_core.faithfulness import (COLUMNS, CONTROL, CONTROLS, TARGETS, faithfulness, paired_differences,
+                                    removed_energy, summarize_faithfulness)
+
+N_TEXTS = 24
+
+
+@pytest.fixture(scope="module")
+def texts(setup):
+    return setup["texts"][::5][:N_TEXTS]  # both classes
+
+
+@pytest.fixture(scope="module")
+def rows(explainer, texts):
+    return faithfulness(explainer, texts, seed=0, progress=False, batch_size=8)
+
+
+def test_every_method_target_and_sentence_is_one_row(rows, setup):
+    assert list(rows.columns) == COLUMNS
+    pairs = set(zip(rows["method"], rows["target"]))
+    assert pairs == {(CONTROL, t) for t in CONTROLS} | {(m, t) for m in setup["methods"] for t in TARGETS}
+    for (method, target), g in rows.groupby(["method", "target"]):
+        assert g["text_index"].is_unique and set(g["text_index"]) <= set(range(N_TEXTS))
+        if target != "salient-word concepts":  # a sentence without an eligible salient word has no row
+            assert len(g) == N_TEXTS
+    single = rows[rows["target"] != "salient-word concepts"]
+    assert (single["n_directions"] == 1).all()
+    assert rows["energy"].between(0, 1).all() and rows["conf_drop"].between(-1, 1).all()
+
+
+def test_the_random_direction_removes_little_energy_against_an_uncentred_concept(rows):
+    energy = rows.groupby(["method", "target"])["energy"].mean()
+    random_direction = energy[(CONTROL, "random direction")]
+    assert 0 < random_direction < 0.05
+    assert random_direction < 0.2 * energy[("kmeans", "prediction concept (uncentred)")]
+    assert energy[(CONTROL, "global mean")] > 0.5  # the mean is most of every pooled state
+    drop = rows.groupby(["method", "target"])["conf_drop"].mean()
+    assert abs(drop[(CONTROL, "random direction")]) < 0.05
+
+
+@pytest.mark.slow
+def test_the_controls_are_seeded_and_do_not_depend_on_batching(explainer, texts, rows):
+    again = faithfulness(explainer, texts, seed=0, progress=False, batch_size=5)
+    pd.testing.assert_frame_equal(rows, again, atol=1e-5, check_exact=False)
+    other = faithfulness(explainer, texts, seed=1, progress=False, batch_size=8)
+    random = rows["target"].isin(["random direction", "random concept"])
+    pd.testing.assert_frame_equal(rows[~random], other[~random], atol=1e-5, check_exact=False)
+    for target in ("random direction", "random concept"):
+        a, b = (r[r["target"] == target]["energy"].to_numpy() for r in (rows, other))
+        assert not np.allclose(a, b)
+
+
+def test_removed_energy_is_the_share_of_the_squared_norm_in_the_span():
+    h = torch.tensor([[3.0, 4.0, 0.0], [1.0, 0.0, 0.0]])
+    basis = torch.tensor([[[1.0, 0.0, 0.0]], [[0.0, 1.0, 0.0]]])  # one direction per example
+    assert removed_energy(h, basis) == pytest.approx([9 / 25, 0.0])
+    assert removed_energy(h, torch.zeros(2, 1, 3)) == pytest.approx([0.0, 0.0])
+
+
+def hand_rows(n_sentences: int, n_seeds: int = 1, method: str = "vqlc", shift: float = 0.0, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    n = n_sentences * n_seeds
+    return pd.DataFrame({"method": method, "target": "prediction concept",
+                         "text_index": np.tile(np.arange(n_sentences), n_seeds),
+                         "seed": np.repeat(np.arange(n_seeds), n_sentences),
+                         "conf_drop": rng.normal(0.1, 0.05, n) + shift, "flipped": rng.random(n) < 0.2,
+                         "energy": rng.random(n), "n_directions": 1})
+
+
+def test_the_summary_intervals_hold_the_mean_and_shrink_with_more_sentences():
+    few, many = (summarize_faithfulness(hand_rows(n)).iloc[0] for n in (40, 640))
+    for s in (few, many):
+        assert s["conf_drop_low"] < s["mean_conf_drop"] < s["conf_drop_high"]
+        assert s["flip_rate_low"] <= s["flip_rate"] <= s["flip_rate_high"]
+    width = {k: s["conf_drop_high"] - s["conf_drop_low"] for k, s in (("few", few), ("many", many))}
+    assert width["many"] < 0.5 * width["few"]  # about 1/sqrt(16)
+    assert (many["n_sentences"], many["n_seeds"], many["n"]) == (640, 1, 640)
+    seeds = summarize_faithfulness(hand_rows(40, n_seeds=3)).iloc[0]
+    assert (seeds["n_sentences"], seeds["n_seeds"], seeds["n"]) == (40, 3, 120)
+    assert seeds["conf_drop_low"] < seeds["mean_conf_drop"] < seeds["conf_drop_high"]
+
+
+def test_the_summary_is_seeded():
+    rows = hand_rows(50, n_seeds=2)
+    pd.testing.assert_frame_equal(summarize_faithfulness(rows, seed=3), summarize_faithfulness(rows, seed=3))
+
+
+def test_a_method_paired_with_itself_differs_by_exactly_zero():
+    rows = hand_rows(60, n_seeds=2)
+    d = paired_differences(rows, "vqlc", "vqlc").iloc[0]
+    assert d["n_pairs"] == 120 and d["n_seeds"] == 2
+    assert d["diff_conf_drop"] == d["diff_conf_drop_low"] == d["diff_conf_drop_high"] == 0.0
+    assert d["diff_flip_rate"] == d["diff_flip_rate_low"] == d["diff_flip_rate_high"] == 0.0
+
+
+def test_paired_differences_find_a_shift_that_the_sentences_noise_would_hide():
+    a = hand_rows(80, method="vqlc", seed=0)
+    b = a.assign(method="kmeans", conf_drop=a["conf_drop"] - 0.01 + np.random.default_rng(1).normal(0, 0.002, 80))
+    d = paired_differences(pd.concat([a, b]), "vqlc", "kmeans").iloc[0]
+    assert d["diff_conf_drop_low"] < 0.01 < d["diff_conf_drop_high"] and d["diff_conf_drop_low"] > 0
+    # unpaired, the two means' intervals overlap: the sentence-to-sentence spread (0.05) dwarfs 0.01
+    s = summarize_faithfulness(pd.concat([a, b])).set_index("method")
+    assert s.at["kmeans", "conf_drop_high"] > s.at["vqlc", "conf_drop_low"]

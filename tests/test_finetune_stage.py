@@ -1,0 +1,85 @@
+"""The fine-tuning stage inside a build: the run explains the fine-tuned model everywhere, one
+forward pass gives both the store and the classifier's features, `--finetune none` keeps the
+frozen-probe setting, and changed fine-tuning settings are refused on a finished run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.conftest import CACHE
+from vqlc_core.config import preset
+from vqlc_core.pipeline import build
+from vqlc_core.run import Run
+from vqlc_core.runio import RunError
+
+pytestmark = pytest.mark.slow
+
+SMALL = dict(limit=120, n_concepts=10, faithfulness_texts=10, fit_max_rows=2000)
+
+
+def _cache(tmp_path):
+    root = tmp_path / "cache"
+    root.mkdir()
+    for sub in ("downloads", "datasets", "models"):
+        (root / sub).symlink_to(CACHE / sub, target_is_directory=True)
+    return root
+
+
+@pytest.fixture(scope="module")
+def frozen(tmp_path_factory):
+    """A small run of the default preset with --finetune none (the frozen-probe setting)."""
+    cfg = preset("default", run="frozen", finetune="none", cache_dir=_cache(tmp_path_factory.mktemp("f")), **SMALL)
+    return build(cfg, stages=["texts", "finetune", "extract", "classifier"])
+
+
+def test_the_run_explains_the_finetuned_model_everywhere(apptest_run):
+    run = apptest_run
+    assert run.manifest.data["stages"]["finetune"]["mode"] == "full"
+    texts = run.texts
+    test = texts[texts["split"] == "test"]
+    # the classifier stage's predictions come from the extraction's own forward pass ...
+    feats = run.store.final_features()[test.index.to_numpy()]
+    stage_pred = run.classifier.head_proba(feats).argmax(1)
+    # ... and equal what the fine-tuned model predicts on the texts, and what the explainer says
+    model_pred = run.classifier.predict_proba(test["text"].tolist()).argmax(1)
+    explainer = run.explainer()
+    explained = [explainer.explain(t).predicted_index for t in test["text"].iloc[:10]]
+    assert (stage_pred == model_pred).all()
+    assert explained == model_pred[:10].tolist()
+    # and the fine-tuned head is the classifier's (not a probe trained afresh on frozen features)
+    assert np.allclose(run.classifier.head.weight.numpy(), run.finetuned_head.weight.numpy())
+
+
+def test_a_reloaded_run_uses_the_finetuned_weights(apptest_run):
+    import torch
+
+    fresh = Run(apptest_run.dir)  # loads the base model, then the fine-tuned weights from the run
+    base = Run(apptest_run.dir)
+    base.manifest.data["stages"].pop("finetune")  # as if the stage had not run: the base model
+    w_fresh = fresh.backbone.blocks[0].attention.self.query.weight
+    w_base = base.backbone.blocks[0].attention.self.query.weight
+    assert not torch.equal(w_fresh, w_base)
+
+
+def test_finetune_none_keeps_the_frozen_probe_on_the_same_features(frozen):
+    from vqlc_core.classifier import Classifier, pooled_features
+
+    run = frozen
+    assert run.manifest.data["stages"]["finetune"]["mode"] == "none"
+    assert not (run.dir / "finetune").exists() and run.finetuned_head is None
+    texts = run.texts
+    # the features the extraction's forward wrote equal the separate pass the probe used to make
+    old = pooled_features(run.backbone, texts["text"].tolist(), progress=False)
+    new = run.store.final_features()
+    assert np.allclose(new, old, atol=1e-4)
+    train = (texts["split"] == "train").to_numpy()
+    probe = Classifier.train(run.backbone, old[train], texts["label"].to_numpy()[train], run.class_names, seed=0)
+    agree = (probe.head_proba(old).argmax(1) == run.classifier.head_proba(new).argmax(1)).mean()
+    assert agree >= 0.99
+
+
+def test_changing_a_finetuning_setting_of_a_finished_run_is_refused(frozen):
+    cfg = frozen.rebuild_config().replace(finetune="full")
+    with pytest.raises(RunError, match=r"stage 'finetune' built with --finetune none, not full; pass --rebuild finetune"):
+        build(cfg, stages=["texts", "finetune"])

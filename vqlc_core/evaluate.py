@@ -1,0 +1,93 @@
+"""The evaluation stage's measures: per method, codebook use, purity, fit cost, and how the
+test split's prediction representations fall into concepts; and the faithfulness table.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .runio import read_json, write_json, write_parquet
+
+
+def prediction_concepts(cs, tokens, split: str = "test") -> dict:
+    """How the prediction representations of `split` fall into concepts: how many distinct
+    concepts they use, those concepts' class purity weighted by the split's prediction rows,
+    and the largest concept's share of them."""
+    rows = np.flatnonzero(((tokens["kind"] == "pred") & (tokens["split"] == split)).to_numpy())
+    if len(rows) == 0:
+        return {"distinct": 0, "purity": float("nan"), "largest_share": float("nan"), "n": 0}
+    ids, counts = np.unique(np.asarray(cs.assignments)[rows], return_counts=True)
+    purity = cs.summary.set_index("concept").loc[ids, "purity"].to_numpy()
+    return {"distinct": int(len(ids)), "purity": float(np.average(purity, weights=counts)),
+            "largest_share": float(counts.max() / len(rows)), "n": int(len(rows))}
+
+
+def method_measures(run, method, cs) -> dict:
+    """Codebook use (on all rows, the fit set and the dev rows), purity, size quantiles,
+    reconstruction R² of the dev rows by their concept vector, fit cost, and the test split's
+    prediction concepts, for one fitted method."""
+    from .metrics import centroid_r2, codebook_perplexity, dead_codes
+
+    store = run.store
+    sizes = cs.summary["size"].to_numpy()
+    a = cs.assignments
+    dev = store.rows_where(split="dev")
+    out = {"perplexity": float(codebook_perplexity(a, cs.n_concepts)), "dead_codes": int(dead_codes(a, cs.n_concepts)),
+           "mean_purity": float(np.average(cs.summary["purity"], weights=np.maximum(sizes, 1e-9))),
+           "size_quantiles": np.quantile(sizes, [0, 0.25, 0.5, 0.75, 1]).tolist(), **cs.info}
+    fitset = np.load(run.dir / "fitset.npy")
+    out.update({f"fitset_{k}": v for k, v in method.score_store(store, fitset).items()})
+    out.update({f"dev_{k}": v for k, v in method.score_store(store, dev).items()})
+    out["dev_centroid_r2"] = float(centroid_r2(store, dev, a, cs.vectors))
+    out.update({f"test_prediction_{k}": v for k, v in prediction_concepts(cs, store.tokens).items()})
+    return out
+
+
+def seed_agreement(run, method: str) -> dict:
+    """Mean and range of the pairwise AMI between the assignments of all rows under each pair
+    of the build's seeds (none with one seed)."""
+    from itertools import combinations
+
+    from .metrics import assignment_ami
+
+    seeds = run.cfg.method_seeds
+    if len(seeds) < 2:
+        return {}
+    a = {s: run.concept_set(method, s).assignments for s in seeds}
+    amis = [assignment_ami(a[x], a[y]) for x, y in combinations(seeds, 2)]
+    return {"seed_ami_mean": float(np.mean(amis)), "seed_ami_min": float(np.min(amis)),
+            "seed_ami_max": float(np.max(amis)), "seeds": list(seeds)}
+
+
+def evaluate(run) -> dict:
+    """Write eval/measures.json, the per-sentence faithfulness rows of every method and seed
+    (eval/faithfulness_rows.parquet), their summary with 95% intervals (eval/faithfulness.parquet)
+    and the paired differences between VQLC and each other method (eval/paired.parquet)."""
+    import pandas as pd
+
+    from .faithfulness import faithfulness, paired_differences, summarize_faithfulness
+
+    cfg = run.cfg
+    built = run.methods_built()
+    texts = run.texts
+    test = texts[texts["split"] == "test"]["text"].tolist()[: cfg.eval.faithfulness_texts]
+    measures, parts = {}, []
+    for i, seed in enumerate(cfg.method_seeds):
+        methods = {m: (run.method(m, seed), run.concept_set(m, seed)) for m in built}
+        if i == 0:
+            measures = {m: method_measures(run, method, cs) for m, (method, cs) in methods.items()}
+        rows = faithfulness(run.explainer(methods), test, seed=seed)
+        parts.append(rows.assign(seed=seed))
+    rows = pd.concat(parts, ignore_index=True)
+    for m in built:
+        measures[m].update(seed_agreement(run, m))
+    table = summarize_faithfulness(rows, seed=cfg.seed)
+    paired = pd.concat([paired_differences(rows, "vqlc", other, seed=cfg.seed) for other in built
+                        if other != "vqlc" and "vqlc" in built] or [pd.DataFrame()], ignore_index=True)
+    acc = read_json(run.dir / "classifier" / "metrics.json")["accuracy"]
+    write_parquet(run.dir / "eval" / "faithfulness_rows.parquet", rows)
+    write_parquet(run.dir / "eval" / "faithfulness.parquet", table)
+    write_parquet(run.dir / "eval" / "paired.parquet", paired)
+    write_json(run.dir / "eval" / "measures.json", {"methods": measures, "classifier_accuracy": acc,
+                                                    "seeds": list(cfg.method_seeds), "n_test_texts": len(test)})
+    return {"n_texts": len(test), "seeds": list(cfg.method_seeds)}

@@ -1,0 +1,110 @@
+"""The result tables of a run as markdown, for the README or a paper: the run itself (model,
+fine-tuning, accuracy, stage times), faithfulness with 95% intervals and the energy each
+ablation removed, paired differences between methods, and the concepts' measures.
+`vqlc report --run NAME` prints them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from .runio import RunError, read_json, read_parquet
+
+NAMES = {"vqlc": "VQLC", "kmeans": "K-Means", "lacoat": "LACOAT"}
+
+
+def _num(x, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return f"{x:.{digits}f}".replace("-", "−")
+
+
+def _interval(mean, low, high, digits: int = 3) -> str:
+    return f"{_num(mean, digits)} [{_num(low, digits)}, {_num(high, digits)}]"
+
+
+def _md(df: pd.DataFrame) -> str:
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" if i == 0 else "---:" for i in range(len(cols))) + "|"]
+    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def summary_line(run) -> str:
+    """One paragraph: model, layer, data, fine-tuning, accuracy and the time of each stage."""
+    cfg, stages = run.cfg, run.manifest.data["stages"]
+    acc = read_json(run.dir / "classifier" / "metrics.json")["accuracy"]
+    ft = stages.get("finetune", {})
+    mode = ft.get("mode", "none")
+    tuned = (f"fine-tuned ({mode}, epoch {ft.get('chosen_epoch')} chosen by dev accuracy)" if mode != "none"
+             else "frozen, linear head")
+    times = ", ".join(f"{s} {stages[s]['wall_s']:.0f} s" for s in run.stage_order() if "wall_s" in stages.get(s, {}))
+    total = sum(stages[s].get("wall_s", 0) for s in run.stage_order() if s in stages)
+    seeds = cfg.method_seeds
+    return (f"**{run.dir.name}**: {cfg.extract.model}, layer {run.layer}, {run.manifest.data.get('pooling')} pooling, "
+            f"{cfg.data.dataset} ({run.store.n_rows:,} rows), {tuned}; K = {cfg.methods.n_concepts}, "
+            f"{len(seeds)} seed{'s' if len(seeds) > 1 else ''} ({', '.join(map(str, seeds))}). "
+            f"Test accuracy {acc.get('test', float('nan')):.3f} (dev {acc.get('dev', float('nan')):.3f}). "
+            f"Build {total / 60:.1f} min: {times}.")
+
+
+def faithfulness_table(run) -> str:
+    df = read_parquet(run.dir / "eval" / "faithfulness.parquet")
+    out = pd.DataFrame({
+        "method": df["method"].map(lambda m: NAMES.get(m, m)),
+        "target": df["target"],
+        "sentences × seeds": [f"{int(a)} × {int(b)}" for a, b in zip(df["n_sentences"], df["n_seeds"])],
+        "mean Δconfidence [95% CI]": [_interval(*r) for r in zip(df["mean_conf_drop"], df["conf_drop_low"],
+                                                                  df["conf_drop_high"])],
+        "flip rate [95% CI]": [_interval(*r) for r in zip(df["flip_rate"], df["flip_rate_low"], df["flip_rate_high"])],
+        "energy removed": [_num(e) for e in df["mean_energy"]],
+    })
+    return _md(out)
+
+
+def paired_table(run) -> str:
+    path = run.dir / "eval" / "paired.parquet"
+    df = read_parquet(path) if path.exists() else pd.DataFrame()
+    if df.empty:
+        return "(no paired differences: VQLC and another method are needed)"
+    out = pd.DataFrame({
+        "difference": [f"{NAMES.get(a, a)} − {NAMES.get(b, b)}" for a, b in zip(df["method_a"], df["method_b"])],
+        "target": df["target"],
+        "Δconfidence drop [95% CI]": [_interval(*r) for r in zip(df["diff_conf_drop"], df["diff_conf_drop_low"],
+                                                                   df["diff_conf_drop_high"])],
+        "flip rate difference [95% CI]": [_interval(*r) for r in zip(df["diff_flip_rate"], df["diff_flip_rate_low"],
+                                                                       df["diff_flip_rate_high"])],
+    })
+    return _md(out)
+
+
+def concepts_table(run) -> str:
+    m = read_json(run.dir / "eval" / "measures.json")["methods"]
+    rows = []
+    for name, v in m.items():
+        rows.append({
+            "method": NAMES.get(name, name),
+            "test prediction concepts": v.get("test_prediction_distinct"),
+            "their purity": _num(v.get("test_prediction_purity"), 2),
+            "largest share": _num(v.get("test_prediction_largest_share"), 2),
+            "dev R² (concept vector)": _num(v.get("dev_centroid_r2")),
+            "dev R² (decoder)": _num(v.get("dev_r2")) if "dev_r2" in v else "–",
+            "perplexity all / fit set": f"{_num(v.get('perplexity'), 0)} / {_num(v.get('fitset_perplexity'), 0)}",
+            "dead all / fit set": f"{v.get('dead_codes', '–')} / {v.get('fitset_dead_codes', '–')}",
+            "seed AMI": _num(v.get("seed_ami_mean"), 2) if "seed_ami_mean" in v else "–",
+            "fit s": _num(v.get("fit_time_s"), 1),
+            "peak MB": _num(v.get("peak_rss_mb"), 0),
+        })
+    return _md(pd.DataFrame(rows))
+
+
+def run_tables(run) -> str:
+    """Every table of a finished run, as markdown."""
+    if not run.manifest.is_complete("evaluate"):
+        raise RunError(f"Run '{run.dir.name}' has no finished 'evaluate' stage; build it first with "
+                       f"`vqlc build --run {run.dir.name}`.")
+    return "\n\n".join([summary_line(run), "Faithfulness (ablation at layer l, per test sentence and seed):",
+                        faithfulness_table(run), "Paired differences (same sentences and seeds):", paired_table(run),
+                        "Concepts:", concepts_table(run)]) + "\n"
