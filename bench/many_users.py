@@ -59,7 +59,8 @@ class Session:
         await box.press("Control+Enter")
         try:
             await expect(sentence).to_contain_text(marker, timeout=ANSWER_TIMEOUT_MS)
-            pred = self.page.locator('[data-testid="stMetric"]', has_text="Prediction")
+            # the page's first metric is the prediction (an ablation result below also names one)
+            pred = self.page.locator('[data-testid="stMetric"]', has_text="Prediction").first
             await expect(pred.locator('[data-testid="stMetricValue"]')).not_to_be_empty(timeout=ANSWER_TIMEOUT_MS)
         except AssertionError as e:
             self.failures.append(f"session {self.sid} input {i}: {str(e).splitlines()[0]}")
