@@ -110,16 +110,21 @@ def _frame() -> pd.DataFrame:
     return pd.DataFrame({"review": [t for t, _ in ROWS], "sentiment": [y for _, y in ROWS], "extra": range(6)})
 
 
+def _write_frame(df: pd.DataFrame, path) -> None:
+    """Write `df` as the file type its suffix names."""
+    if path.suffix == ".csv":
+        df.to_csv(path, index=False)
+    elif path.suffix == ".jsonl":
+        df.to_json(path, orient="records", lines=True)
+    else:
+        df.to_parquet(path, index=False)
+
+
 @pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".parquet"])
 def test_user_file_roundtrips_with_custom_columns(tmp_path, suffix):
     path = tmp_path / f"reviews{suffix}"
     df = _frame()
-    if suffix == ".csv":
-        df.to_csv(path, index=False)
-    elif suffix == ".jsonl":
-        df.to_json(path, orient="records", lines=True)
-    else:
-        df.to_parquet(path, index=False)
+    _write_frame(df, path)
     ds = load_dataset(str(path), text_column="review", label_column="sentiment")
     assert ds.name == "reviews"
     assert ds.texts == [t for t, _ in ROWS]
@@ -201,12 +206,7 @@ def test_a_text_or_label_that_looks_like_a_missing_value_is_kept_as_written(tmp_
     labels = ["NA" if i % 2 else "None" for i in range(len(LOOK_MISSING))]
     df = pd.DataFrame({"text": LOOK_MISSING, "label": labels})
     path = tmp_path / f"words{suffix}"
-    if suffix == ".csv":
-        df.to_csv(path, index=False)
-    elif suffix == ".jsonl":
-        df.to_json(path, orient="records", lines=True)
-    else:
-        df.to_parquet(path, index=False)
+    _write_frame(df, path)
     ds = load_dataset(str(path))
     assert ds.texts == LOOK_MISSING
     assert ds.class_names == ["NA", "None"] and ds.labels.tolist() == [int(y == "None") for y in labels]
