@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from .methods import METHODS, method_class
-from .runio import RunError, read_json, read_npy, write_json, write_npy, write_parquet
+from .runio import RunError, read_npy, write_json, write_npy, write_parquet
 
 log = logging.getLogger(__name__)
 
