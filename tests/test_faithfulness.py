@@ -37,6 +37,17 @@ def test_every_method_target_and_sentence_is_one_row(rows, setup):
     assert rows["energy"].between(0, 1).all() and rows["conf_drop"].between(-1, 1).all()
 
 
+def test_the_attributions_completeness_error_is_reported_per_sentence_and_summarised(rows, explainer):
+    from vqlc_core.evaluate import completeness_summary
+
+    errors = rows.attrs["ig_completeness"]
+    assert len(errors) == N_TEXTS and all(np.isfinite(errors))
+    ig = completeness_summary(errors, explainer.ig_steps)
+    assert ig["n"] == N_TEXTS and ig["completeness_error_mean"] == pytest.approx(np.mean(errors))
+    assert ig["completeness_error_mean"] <= ig["completeness_error_p95"] <= ig["completeness_error_max"]
+    assert ig["completeness_error_mean"] < 0.05  # the bar at the default steps
+
+
 def test_the_random_direction_removes_little_energy_against_an_uncentred_concept(rows):
     energy = rows.groupby(["method", "target"])["energy"].mean()
     random_direction = energy[(CONTROL, "random direction")]

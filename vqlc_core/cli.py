@@ -99,6 +99,9 @@ def parser() -> argparse.ArgumentParser:
                                 "found or to change its settings; one of " + ", ".join(stage_names()))
     p = sub.add_parser("report", help="print a finished run's result tables as markdown (for a README or a paper)")
     p.add_argument("--run", "--run-name", dest="run", required=True, help="the run's name, its folder under <cache>/runs/")
+    p.add_argument("--compare", nargs="+", metavar="RUN", default=None,
+                   help="instead of the run's tables, one table of --run beside these runs (e.g. a frozen and a "
+                        "fine-tuned model): accuracy, prediction concepts, faithfulness against the controls, stage times")
     p.add_argument("--cache-dir", type=Path, default=None, help="where runs live (default: $VQLC_CACHE_DIR or cache)")
     p.add_argument("-v", "--verbose", action="store_true", help="log diagnostics")
     p = sub.add_parser("runs", help="list the runs and the state of their stages")
@@ -156,9 +159,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "report":
             from .run import Run, cache_dir_default
             from .runio import check_run_name
-            from .tables import run_tables
+            from .tables import compare_table, run_tables
 
-            print(run_tables(Run((args.cache_dir or cache_dir_default()) / "runs" / check_run_name(args.run))), end="")
+            root = (args.cache_dir or cache_dir_default()) / "runs"
+            runs = [Run(root / check_run_name(name)) for name in [args.run, *(args.compare or [])]]
+            print(compare_table(runs) if args.compare else run_tables(runs[0]), end="")
             return 0
         from .pipeline import build
 

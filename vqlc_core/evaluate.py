@@ -59,6 +59,17 @@ def seed_agreement(run, method: str) -> dict:
             "seed_ami_max": float(np.max(amis)), "seeds": list(seeds)}
 
 
+def completeness_summary(errors, steps: int) -> dict:
+    """Integrated Gradients' completeness error over the faithfulness sentences: its mean, 95th
+    percentile and maximum (|sum of attributions - (f(x) - f(baseline))| / |f(x) - f(baseline)|)."""
+    e = np.asarray(errors, dtype=np.float64)
+    e = e[np.isfinite(e)]
+    if len(e) == 0:
+        return {"steps": steps, "n": 0}
+    return {"steps": steps, "n": int(len(e)), "completeness_error_mean": float(e.mean()),
+            "completeness_error_p95": float(np.quantile(e, 0.95)), "completeness_error_max": float(e.max())}
+
+
 def evaluate(run) -> dict:
     """Write eval/measures.json, the per-sentence faithfulness rows of every method and seed
     (eval/faithfulness_rows.parquet), their summary with 95% intervals (eval/faithfulness.parquet)
@@ -74,9 +85,10 @@ def evaluate(run) -> dict:
     measures, parts = {}, []
     for i, seed in enumerate(cfg.method_seeds):
         methods = {m: (run.method(m, seed), run.concept_set(m, seed)) for m in built}
+        rows = faithfulness(run.explainer(methods), test, seed=seed)
         if i == 0:
             measures = {m: method_measures(run, method, cs) for m, (method, cs) in methods.items()}
-        rows = faithfulness(run.explainer(methods), test, seed=seed)
+            ig = completeness_summary(rows.attrs["ig_completeness"], cfg.eval.ig_steps)
         parts.append(rows.assign(seed=seed))
     rows = pd.concat(parts, ignore_index=True)
     for m in built:
@@ -89,5 +101,6 @@ def evaluate(run) -> dict:
     write_parquet(run.dir / "eval" / "faithfulness.parquet", table)
     write_parquet(run.dir / "eval" / "paired.parquet", paired)
     write_json(run.dir / "eval" / "measures.json", {"methods": measures, "classifier_accuracy": acc,
-                                                    "seeds": list(cfg.method_seeds), "n_test_texts": len(test)})
+                                                    "seeds": list(cfg.method_seeds), "n_test_texts": len(test),
+                                                    "integrated_gradients": ig})
     return {"n_texts": len(test), "seeds": list(cfg.method_seeds)}

@@ -101,13 +101,15 @@ def faithfulness(explainer: Explainer, texts: list[str], seed: int = 0, progress
     or salient="grad_x_input" for one gradient); a sentence without an eligible salient word
     has no salient-word row. The random concept (another concept with train members) and the
     random direction are drawn per (seed, method, sentence), whatever the batching. Empty
-    texts are skipped. `df.attrs["seconds"]` holds the wall time."""
+    texts are skipped. `df.attrs["seconds"]` holds the wall time and `df.attrs["ig_completeness"]`
+    each text's completeness error of its attributions (see `Attribution.completeness_error`)."""
     start = time.perf_counter()
     keep = [i for i, t in enumerate(texts) if isinstance(t, str) and t.strip()]
     keep = keep[:max_texts] if max_texts is not None else keep
     bb, names = explainer.backbone, list(explainer.methods)
     d = bb.hidden_size
     out: list[dict] = []
+    errors: list[float] = []
     if not names or not keep:
         return pd.DataFrame(out, columns=COLUMNS)
     mean = explainer.methods[names[0]][1].mean  # the store's train mean: one for every method
@@ -120,7 +122,9 @@ def faithfulness(explainer: Explainer, texts: list[str], seed: int = 0, progress
     batches = [order[b : b + batch_size] for b in range(0, len(order), batch_size)]
     with bb.lock:
         for idx in tqdm(batches, desc="faithfulness", disable=not progress):
-            out += _batch(explainer, [texts[i] for i in idx], idx, seed, salient, mean_basis, d)
+            rows, err = _batch(explainer, [texts[i] for i in idx], idx, seed, salient, mean_basis, d)
+            out += rows
+            errors += [float(e) for e in err]
 
     df = pd.DataFrame(out, columns=COLUMNS)
     order_of = [(CONTROL, t) for t in CONTROLS] + [(m, t) for m in names for t in TARGETS]
@@ -128,12 +132,13 @@ def faithfulness(explainer: Explainer, texts: list[str], seed: int = 0, progress
     df = df.assign(_r=[rank[k] for k in zip(df["method"], df["target"])])
     df = df.sort_values(["_r", "text_index"], kind="stable").drop(columns="_r").reset_index(drop=True)
     df.attrs["seconds"] = time.perf_counter() - start
+    df.attrs["ig_completeness"] = errors
     return df
 
 
 def _batch(explainer: Explainer, batch: list[str], text_index: list[int], seed: int, how: str,
-           mean_basis: torch.Tensor, d: int) -> list[dict]:
-    """The rows of one batch of texts (see `faithfulness`)."""
+           mean_basis: torch.Tensor, d: int) -> tuple[list[dict], np.ndarray]:
+    """The rows of one batch of texts (see `faithfulness`) and each text's completeness error."""
     bb = explainer.backbone
     enc, words = bb.tokenize(batch)
     enc = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
@@ -142,7 +147,7 @@ def _batch(explainer: Explainer, batch: list[str], text_index: list[int], seed: 
     pred = proba.argmax(1)
     conf = proba[np.arange(B), pred]
     pooled = bb.pool(states, enc["attention_mask"])  # (B, d)
-    _, salient, _ = explainer.salient(enc, states, pred, words, how)
+    _, salient, attr = explainer.salient(enc, states, pred, words, how)
 
     runs: list[tuple[str, str, list[torch.Tensor | None]]] = []  # (method, target, basis per text or None)
     runs.append((CONTROL, "global mean", [mean_basis] * B))
@@ -182,7 +187,7 @@ def _batch(explainer: Explainer, batch: list[str], text_index: list[int], seed: 
                          "conf_drop": float(conf[b] - new[j, b, pred[b]]),
                          "flipped": bool(new[j, b].argmax() != pred[b]),
                          "energy": float(energy[j, b]), "n_directions": int(len(qs[b]))})
-    return rows
+    return rows, attr.completeness_error
 
 
 # --- summaries -------------------------------------------------------------------------------

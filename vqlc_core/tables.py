@@ -43,11 +43,16 @@ def summary_line(run) -> str:
     times = ", ".join(f"{s} {stages[s]['wall_s']:.0f} s" for s in run.stage_order() if "wall_s" in stages.get(s, {}))
     total = sum(stages[s].get("wall_s", 0) for s in run.stage_order() if s in stages)
     seeds = cfg.method_seeds
+    measures_path = run.dir / "eval" / "measures.json"
+    ig = read_json(measures_path).get("integrated_gradients", {}) if measures_path.exists() else {}
+    ig_text = (f" Integrated Gradients: {ig['steps']} steps, completeness error {100 * ig['completeness_error_mean']:.3f}% "
+               f"mean, {100 * ig['completeness_error_max']:.3f}% max over {ig['n']} test sentences."
+               if ig.get("n") else "")
     return (f"**{run.dir.name}**: {cfg.extract.model}, layer {run.layer}, {run.manifest.data.get('pooling')} pooling, "
             f"{cfg.data.dataset} ({run.store.n_rows:,} rows), {tuned}; K = {cfg.methods.n_concepts}, "
             f"{len(seeds)} seed{'s' if len(seeds) > 1 else ''} ({', '.join(map(str, seeds))}). "
             f"Test accuracy {acc.get('test', float('nan')):.3f} (dev {acc.get('dev', float('nan')):.3f}). "
-            f"Build {total / 60:.1f} min: {times}.")
+            f"Build {total / 60:.1f} min: {times}.{ig_text}")
 
 
 def faithfulness_table(run) -> str:
@@ -108,3 +113,47 @@ def run_tables(run) -> str:
     return "\n\n".join([summary_line(run), "Faithfulness (ablation at layer l, per test sentence and seed):",
                         faithfulness_table(run), "Paired differences (same sentences and seeds):", paired_table(run),
                         "Concepts:", concepts_table(run)]) + "\n"
+
+
+def _faith_cell(faith: pd.DataFrame, method: str, target: str) -> str:
+    if (method, target) not in faith.index:
+        return "–"
+    r = faith.loc[(method, target)]
+    return f"{_interval(r['mean_conf_drop'], r['conf_drop_low'], r['conf_drop_high'])} ({_num(r['mean_energy'], 2)})"
+
+
+def compare_table(runs) -> str:
+    """Finished runs side by side (e.g. a frozen and a fine-tuned model): per run and method, the
+    test accuracy, how the test prediction representations fall into concepts, and the
+    faithfulness of the prediction and salient-word concepts against the controls (mean
+    confidence drop [95% CI] and, in brackets, the energy removed); then each run's stage times."""
+    rows, times = [], []
+    for run in runs:
+        if not run.manifest.is_complete("evaluate"):
+            raise RunError(f"Run '{run.dir.name}' has no finished 'evaluate' stage; build it first with "
+                           f"`vqlc build --run {run.dir.name}`.")
+        stages = run.manifest.data["stages"]
+        measures = read_json(run.dir / "eval" / "measures.json")
+        faith = read_parquet(run.dir / "eval" / "faithfulness.parquet").set_index(["method", "target"])
+        mode = stages.get("finetune", {}).get("mode", "none")
+        for m, v in measures["methods"].items():
+            rows.append({
+                "run": run.dir.name, "model": f"{run.cfg.extract.model}, {'frozen' if mode == 'none' else mode}",
+                "test acc.": _num(measures["classifier_accuracy"].get("test"), 3), "method": NAMES.get(m, m),
+                "seeds": len(measures.get("seeds", [0])),
+                "test prediction concepts (purity, largest share)":
+                    f"{v.get('test_prediction_distinct')} ({_num(v.get('test_prediction_purity'), 2)}, "
+                    f"{_num(v.get('test_prediction_largest_share'), 2)})",
+                "prediction concept Δconf (energy)": _faith_cell(faith, m, "prediction concept"),
+                "salient-word concepts Δconf (energy)": _faith_cell(faith, m, "salient-word concepts"),
+                "random concept Δconf (energy)": _faith_cell(faith, m, "random concept"),
+                "global mean Δconf (energy)": _faith_cell(faith, "control", "global mean"),
+            })
+        walls = {s: stages[s]["wall_s"] for s in run.stage_order() if "wall_s" in stages.get(s, {})}
+        methods = [s for s in walls if s in measures["methods"]]
+        times.append({"run": run.dir.name, "finetune s": _num(walls.get("finetune"), 0),
+                      "extract s": _num(walls.get("extract"), 0),
+                      "methods s": _num(sum(walls[s] for s in methods), 0),
+                      "evaluate s": _num(walls.get("evaluate"), 0), "maps s": _num(walls.get("maps"), 0),
+                      "all stages min": _num(sum(walls.values()) / 60, 1)})
+    return _md(pd.DataFrame(rows)) + "\n\nStage times (each stage's last build):\n\n" + _md(pd.DataFrame(times)) + "\n"

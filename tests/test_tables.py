@@ -1,0 +1,72 @@
+"""`vqlc report`: the README's result tables regenerated as markdown from the small real run."""
+
+import pandas as pd
+import pytest
+
+from tests.conftest import run_cli
+from vqlc_core.runio import RunError, read_json, read_parquet
+from vqlc_core.tables import NAMES, compare_table, run_tables
+
+
+def _rows(md: str, first_cell: str) -> list[list[str]]:
+    """The body rows of the markdown table whose header starts with `first_cell`."""
+    lines = md.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first_cell} |"))
+    body = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        body.append([c.strip() for c in line.strip("|").split("|")])
+    return body
+
+
+def test_the_faithfulness_table_has_a_row_per_method_and_target_with_the_runs_figures(apptest_run):
+    md = run_tables(apptest_run)
+    faith = read_parquet(apptest_run.dir / "eval" / "faithfulness.parquet")
+    rows = [r for r in _rows(md, "method") if "Δ" not in r[0]]
+    table = [r for r in rows if len(r) == 6]  # the faithfulness table's six columns
+    assert len(table) == len(faith)
+    for r, (_, f) in zip(table, faith.iterrows()):
+        assert r[0] == NAMES.get(f["method"], f["method"]) and r[1] == f["target"]
+        assert r[2] == f"{int(f['n_sentences'])} × {int(f['n_seeds'])}"
+        assert r[3].startswith(f"{f['mean_conf_drop']:.3f}".replace("-", "−"))
+        assert r[5] == f"{f['mean_energy']:.3f}"
+
+
+def test_the_summary_line_gives_the_accuracy_and_every_stage_time(apptest_run):
+    line = run_tables(apptest_run).splitlines()[0]
+    acc = read_json(apptest_run.dir / "classifier" / "metrics.json")["accuracy"]["test"]
+    assert f"Test accuracy {acc:.3f}" in line
+    for stage in apptest_run.stage_order():
+        assert f"{stage} " in line
+
+
+def test_compare_puts_each_run_and_method_on_a_row_with_the_controls(apptest_run):
+    md = compare_table([apptest_run, apptest_run])
+    rows = _rows(md, "run")
+    methods = read_json(apptest_run.dir / "eval" / "measures.json")["methods"]
+    assert len(rows) == 2 * len(methods)
+    faith = read_parquet(apptest_run.dir / "eval" / "faithfulness.parquet").set_index(["method", "target"])
+    mean = faith.loc[("control", "global mean"), "mean_conf_drop"]
+    assert all(r[-1].startswith(f"{mean:.3f}") for r in rows)
+    times = _rows(md.split("Stage times")[1], "run")
+    assert len(times) == 2 and float(times[0][-1]) > 0
+
+
+def test_an_unfinished_run_gets_one_sentence(apptest_run, tmp_path):
+    from tests.runcopy import sealed_copy
+
+    run = sealed_copy(apptest_run.dir, tmp_path)
+    run.invalidate_from("evaluate")
+    with pytest.raises(RunError, match="no finished 'evaluate' stage"):
+        run_tables(run)
+    with pytest.raises(RunError, match="no finished 'evaluate' stage"):
+        compare_table([run])
+
+
+def test_the_command_prints_the_tables_and_refuses_a_missing_run(apptest_run):
+    code, out, err = run_cli("report", "--run", "apptest", "--compare", "apptest")
+    assert code == 0, err
+    assert pd.notna(out) and "| run | model | test acc." in out and "Stage times" in out
+    code, out, err = run_cli("report", "--run", "no-such-run")
+    assert code != 0 and "Traceback" not in err
