@@ -2,6 +2,7 @@
 of the concept grid and the cost table."""
 
 import colorsys
+import json
 import re
 import subprocess
 import sys
@@ -119,3 +120,32 @@ def test_cost_table_has_one_row_per_method_and_leaves_missing_measures_empty():
 def test_cost_table_of_no_methods_is_empty_with_its_columns():
     cost = browse.cost_table({"methods": {}})
     assert cost.empty and "fit_time_s" in cost.columns
+
+
+def test_the_build_stores_the_example_explanation_that_the_explainer_gives_live(apptest_run, tmp_path):
+    from tests.runcopy import sealed_copy
+    from vqlc_core.stages import stage_maps
+    from vqlc_core.wordclouds import cloud_path
+
+    run = sealed_copy(apptest_run.dir, tmp_path)
+    stage_maps(run, "maps")
+    stored = browse.precomputed_explanation(run.dir, browse.EXAMPLE)
+    assert stored is not None and browse.precomputed_explanation(run.dir, browse.EXAMPLE + " !") is None
+    live = run.explainer({m: (run.method(m), run.concept_set(m)) for m in run.methods_built()}).explain(browse.EXAMPLE)
+    live = live.to_dict()
+    assert stored["prediction"] == live["prediction"] and stored["words"] == live["words"]
+    assert stored["confidence"] == pytest.approx(live["confidence"], abs=1e-5)
+    assert [s["word"] for s in stored["salient"]] == [s["word"] for s in live["salient"]]
+    for m in run.methods_built():
+        assert stored["methods"][m]["word_concepts"] == live["methods"][m]["word_concepts"]
+        summary = run.concept_set(m).summary
+        for c in browse.shown_concepts(stored, m):  # the page's cards open without drawing
+            words = summary.at[c["concept"], "top_words"]
+            assert not json.loads(words) or cloud_path(run.dir, m, c["concept"], words).exists()
+
+
+def test_an_unreadable_stored_explanation_is_ignored(tmp_path):
+    (tmp_path / "ui").mkdir()
+    (tmp_path / browse.EXAMPLE_FILE).write_text("{not json")
+    assert browse.precomputed_explanation(tmp_path, browse.EXAMPLE) is None
+    assert browse.precomputed_explanation(tmp_path / "missing", browse.EXAMPLE) is None

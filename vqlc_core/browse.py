@@ -238,6 +238,42 @@ def precompute_clouds(run, method: str, n: int | None = None) -> int:
     return drawn
 
 
+# The example the Explain and Compare pages open with. The build explains it once (stage maps) and
+# stores the explanation, so a first visit shows it without waiting for the model to load.
+EXAMPLE = "a gorgeous, witty and deeply moving film, though its final act drags on far too long ."
+EXAMPLE_FILE = "ui/example_explanation.json"
+
+
+def precompute_example(run, text: str = EXAMPLE) -> dict:
+    """Explain `text` with every built method, store the explanation in the run (`EXAMPLE_FILE`)
+    and draw the word clouds of the concepts it shows. Meant for the build's `maps` stage."""
+    from .runio import write_json
+    from .wordclouds import concept_cloud
+
+    methods = run.methods_built()
+    ex = run.explainer({m: (run.method(m), run.concept_set(m)) for m in methods}).explain(text).to_dict()
+    write_json(run.dir / EXAMPLE_FILE, {"text": text, "explanation": ex})
+    for m in methods:
+        summary = run.concept_set(m).summary
+        for c in shown_concepts(ex, m):
+            concept_cloud(run.dir, m, c["concept"], summary.at[c["concept"], "top_words"])
+    return ex
+
+
+def precomputed_explanation(run_dir, text: str) -> dict | None:
+    """The explanation of `text` the build stored in the run, if it stored one of this very text."""
+    from pathlib import Path
+
+    from .runio import read_json
+
+    path = Path(run_dir) / EXAMPLE_FILE
+    try:
+        stored = read_json(path) if path.exists() else None
+    except Exception:  # an unreadable file is only a missed shortcut: the page explains live
+        return None
+    return stored["explanation"] if isinstance(stored, dict) and stored.get("text") == text else None
+
+
 def unfinished_message(run, stage: str) -> str:
     """What the dashboard says of a run that lacks a finished `stage`: the command that finishes
     it with the run's own settings (a run with no finished stage yet may take other ones)."""

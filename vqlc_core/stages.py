@@ -171,12 +171,14 @@ def stage_evaluate(run, name: str) -> dict:
 
 
 def stage_maps(run, name: str) -> dict:
-    from .browse import precompute_clouds
+    from .browse import precompute_clouds, precompute_example
     from .maps import concept_map
 
     for m in run.methods_built():
         write_parquet(run.dir / "methods" / m / "map.parquet", concept_map(run.concept_set(m), seed=run.cfg.seed))
         precompute_clouds(run, m, n=24)  # the Concepts page's first grid page opens without drawing
+    if run.manifest.is_complete("classifier"):
+        precompute_example(run)  # Explain and Compare open on it without waiting for the model
     return {"methods": run.methods_built()}
 
 

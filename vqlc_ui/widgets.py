@@ -13,13 +13,13 @@ from pathlib import Path
 import streamlit as st
 
 from vqlc_core import browse
+from vqlc_core.browse import EXAMPLE  # the pages open on it; the build explains it ahead
 from vqlc_core.inputs import clean_input
 from vqlc_core.run import Run, default_run, list_runs
 from vqlc_core.runio import CorruptStage, RunError
 
 from . import loaders
 
-EXAMPLE = "a gorgeous, witty and deeply moving film, though its final act drags on far too long ."
 
 
 @contextmanager
