@@ -1,6 +1,8 @@
 """Case study: the pinned inputs and their concepts, exported as figures (PNG, SVG), tables
 (CSV, LaTeX) and a zip bundle with a Markdown report, each saying which run, model, layer, method
-and seed it shows. Exports are drawn when downloaded; a download does not rerun the page."""
+and seed it shows. Pins are saved with the run (`<run>/ui/pins.json`), so they outlive the session and
+everyone who opens the run sees them. Exports are drawn when downloaded; a download does not rerun
+the page."""
 
 from functools import partial
 
@@ -8,11 +10,15 @@ import streamlit as st
 
 import vqlc_ui
 from vqlc_core import browse, report
+from vqlc_core.pins import load_pins, remove_pin
 
-pins = st.session_state.setdefault("pins", [])
+run, _ = vqlc_ui.sidebar(choose_method=False)
+with vqlc_ui.guard():
+    pins = load_pins(run.dir)
 st.title("Case study")
 if not pins:
-    st.info("Nothing is pinned yet: on the Explain or Compare page, press **Pin for the case study**.")
+    st.info(f"Nothing is pinned from run '{run.dir.name}' yet: on the Explain or Compare page, press **Pin for the "
+            "case study**.")
     st.stop()
 
 table = report.pins_table(pins)
@@ -43,5 +49,5 @@ for i, pin in enumerate(pins, 1):
             col.download_button(name, partial(draw, pin, fmt), f"pin{i}_{name.split()[0].lower()}.{fmt}", mime,
                                 key=f"dl_{i}_{name}", on_click="ignore")
         if cols[4].button("Unpin", key=f"unpin{i}"):
-            pins.pop(i - 1)
+            remove_pin(run.dir, pin.get("run"), pin["method"], pin["text"])
             st.rerun()

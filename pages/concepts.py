@@ -1,16 +1,23 @@
 """Concepts: a paginated grid of word clouds (or word lists) for one method, search by word, one
-concept's view."""
+concept's view, and the method's concepts as one HTML file to share (`vqlc export-html`)."""
 
 import html
+from functools import partial
 
 import streamlit as st
 
 import vqlc_ui
-from vqlc_core import browse
+from vqlc_core import browse, export_html
 
 PER_PAGE = 24
 run, method = vqlc_ui.sidebar()
 query = st.sidebar.text_input("Find concepts containing a word")
+# on_click="ignore": drawing the file reruns nothing (see the Case study page's downloads).
+st.sidebar.download_button("Download as one HTML file", partial(export_html.render, run, method),
+                           export_html.default_out(run, method).name, "text/html", on_click="ignore",
+                           icon=":material/download:", help="Every concept of this method (grid, word clouds, top "
+                           "words, contexts, class distribution) and the run's faithfulness table in one file that "
+                           "opens without a server or network. Drawing it takes a while for hundreds of concepts.")
 st.title(f"Concepts: {method}")
 rd, sp = str(run.dir), vqlc_ui.stamp(run)
 cs = vqlc_ui.concepts(rd, sp, method)

@@ -1,5 +1,6 @@
-"""A private copy of the small apptest run, with every finished stage's files recorded as a build
-of this version records them, for tests that damage a run directory."""
+"""Private copies of the small apptest run: a sealed one, with every finished stage's files recorded
+as a build of this version records them, for tests that damage a run directory; a linked one, for
+tests that write beside a run's files."""
 
 from __future__ import annotations
 
@@ -21,4 +22,17 @@ def sealed_copy(src: Path, cache: Path, name: str = "copy") -> Run:
         if entry.get("state") == "complete":
             entry["files"] = run.seal(stage)
     run.manifest.save()
+    return Run(dst)
+
+
+def linked_copy(src: Path, cache: Path, name: str | None = None) -> Run:
+    """`cache`/runs/`name` (default: `src`'s own name) whose entries are links to `src`'s, but for
+    an empty ui/ folder of its own: a cheap private run for tests that write there (case-study
+    pins, word clouds) or replace a file (unlink the link first)."""
+    dst = Path(cache) / "runs" / (name or Path(src).name)
+    dst.mkdir(parents=True)
+    for entry in Path(src).iterdir():
+        if entry.name != "ui":
+            (dst / entry.name).symlink_to(entry.resolve(), target_is_directory=entry.is_dir())
+    (dst / "ui").mkdir()
     return Run(dst)

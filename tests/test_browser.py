@@ -14,6 +14,7 @@ import pytest
 from playwright.sync_api import expect, sync_playwright
 
 from tests.conftest import ROOT
+from tests.runcopy import linked_copy
 
 from dashboard_server import ARGS, CHROMIUM, serve  # noqa: E402
 
@@ -26,9 +27,11 @@ LONG = 60_000  # ms: a page may wait for the model to load
 
 
 @pytest.fixture(scope="module")
-def server(apptest_run):
-    """The dashboard on a free port, reading a cache that holds only the apptest run."""
-    with serve(apptest_run.dir) as (base, _):
+def server(apptest_run, tmp_path_factory):
+    """The dashboard on a free port, reading a cache that holds only the apptest run (a linked copy
+    with its own ui/ folder: the pins a test saves with the run stay the test's)."""
+    run = linked_copy(apptest_run.dir, tmp_path_factory.mktemp("cache"))
+    with serve(run.dir) as (base, _):
         yield base
 
 
@@ -189,7 +192,7 @@ def test_pin_and_download_a_case_study_file(page):
     page.get_by_role("button", name=re.compile("Pin for the case study")).click()
     expect(page.get_by_text("Pinned: 1 pin in the case study.")).to_be_visible()
     idle(page)
-    # The sidebar link keeps the session (and its pins); a URL would start a new one.
+    # The sidebar link keeps the session; a URL would start a new one (pins are saved with the run either way).
     page.locator('[data-testid="stSidebarNav"] a', has_text="Case study").click()
     expect(page.get_by_role("heading", name=re.compile(r"^Pin 1: vqlc"))).to_be_visible()
     idle(page)

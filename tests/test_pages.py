@@ -140,18 +140,23 @@ def test_compare_shows_the_three_methods_and_the_faithfulness_table(cache_env):
 
 
 @pytest.mark.slow
-def test_a_pin_from_explain_reaches_the_case_study_with_its_exports(cache_env):
+def test_a_pin_from_explain_reaches_the_case_study_with_its_exports(apptest_run, tmp_path, monkeypatch):
+    from tests.runcopy import linked_copy
+    from vqlc_core.pins import load_pins
+
+    run = linked_copy(apptest_run.dir, tmp_path)  # pins are saved with the run: this one's are the test's own
+    monkeypatch.setenv("VQLC_CACHE_DIR", str(tmp_path))
     at = rendered(page("explain", text=SENTENCE), "explain")
     at.button(key="pin_explain").click().run()
-    pins = at.session_state["pins"]
+    pins = load_pins(run.dir)
     assert len(pins) == 1 and pins[0]["text"] == SENTENCE and pins[0]["concepts"]
     assert {k: pins[0][k] for k in ("run", "model", "layer", "method", "seed")} == \
-        {"run": RUN, "model": "minilm", "layer": cache_env.layer, "method": "vqlc", "seed": 0}
+        {"run": RUN, "model": "minilm", "layer": run.layer, "method": "vqlc", "seed": 0}
     at.button(key="pin_explain").click().run()  # the same input again
-    assert len(at.session_state["pins"]) == 1
+    assert len(load_pins(run.dir)) == 1
     assert any("Already pinned" in t.value for t in at.toast)
 
-    cs = rendered(page("case_study", pins=pins), "case_study (one pin)")
+    cs = rendered(page("case_study"), "case_study (one pin)")
     labels = {b.label for b in cs.get("download_button")}
     assert {"Table (CSV)", "Table (LaTeX)", "Everything (zip with report.md)", "Ablation PNG", "Sentence SVG"} <= labels
     # A download reruns nothing: a rerun would race the deferred zip (tests/test_browser.py).

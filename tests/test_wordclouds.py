@@ -9,7 +9,7 @@ import logging
 
 from PIL import Image
 
-from vqlc_core.wordclouds import HEIGHT, WIDTH, cloud_path, concept_cloud, render_cloud
+from vqlc_core.wordclouds import HEIGHT, WIDTH, cloud_path, concept_cloud, palette_png, render_cloud
 
 WORDS = json.dumps([["good", 40], ["great", 25], ["wonderful", 9], ["fine", 3]])
 
@@ -24,6 +24,16 @@ def test_a_cloud_of_real_words_is_a_png_of_the_set_size():
 def test_the_same_words_and_seed_draw_the_same_cloud():
     freqs = {"good": 40.0, "great": 25.0, "fine": 3.0}
     assert render_cloud(freqs, seed=3) == render_cloud(freqs, seed=3)
+
+
+def test_a_palette_cloud_is_the_same_picture_in_far_fewer_bytes():
+    png = render_cloud({"good": 40.0, "great": 25.0, "wonderful": 9.0, "fine": 3.0})
+    small = palette_png(png)
+    full, few = (Image.open(io.BytesIO(b)).convert("RGB") for b in (png, small))
+    assert few.size == full.size and len(small) < len(png) / 2
+    assert len(set(few.getdata())) <= 32
+    diff = [abs(a - b) for pa, pb in zip(full.getdata(), few.getdata()) for a, b in zip(pa, pb)]
+    assert sum(diff) / len(diff) < 8  # per channel, out of 255
 
 
 def test_a_concept_cloud_is_drawn_once_into_the_run_and_then_reused(tmp_path):

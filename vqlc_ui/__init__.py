@@ -1,6 +1,7 @@
 """Glue between the dashboard pages and vqlc_core: cached loaders (`loaders`), the widgets the
-pages share (`widgets`: guard, sidebar, selectors, input text, rebuild and pin buttons) and the
-views several pages show (`views`). Pages call `vqlc_ui.<name>`; the logic lives in vqlc_core.
+pages share (`widgets`: guard, sidebar, selectors, input text, rebuild and pin buttons), the
+views several pages show (`views`) and each view's state in its link (`share`, kept by the sidebar
+and the views). Pages call `vqlc_ui.<name>`; the logic lives in vqlc_core.
 
 Runs live under `$VQLC_CACHE_DIR/runs/` (default `cache/runs/`).
 """

@@ -13,6 +13,7 @@ import streamlit as st
 from vqlc_core import browse
 from vqlc_core.run import Run
 
+from . import share
 from .loaders import ablate, cloud, concepts, stamp, texts, tokens
 from .widgets import guard, text_key
 
@@ -39,7 +40,9 @@ def concept_picture(run: Run, method: str, k: int, width: int | str = "stretch")
 
 
 def concept_view(run: Run, method: str, k: int) -> None:
-    """One concept: size, purity, class distribution, top words (or sentences) and contexts."""
+    """One concept: size, purity, class distribution, top words (or sentences) and contexts. The
+    page's link opens it."""
+    share.publish(concept=int(k))
     rd, sp = str(run.dir), stamp(run)
     cs = concepts(rd, sp, method)
     row = cs.summary.loc[k]
@@ -67,10 +70,11 @@ def concept_view(run: Run, method: str, k: int) -> None:
 def ablation_panel(run: Run, method: str, text: str, ex: dict, cloud_width: int = 120) -> list[int]:
     """The prediction with the toggled concepts ablated together, then a card for each concept
     the explanation shows (its picture, label, why it is shown, an Ablate toggle). The result is
-    drawn above the cards and kept in view as they scroll. Returns the toggled concept ids."""
+    drawn above the cards and kept in view as they scroll; the page's link keeps the toggled
+    concepts (a link's own start switched on). Returns the toggled concept ids."""
     st.html(_STICKY)
     result = st.container(key=f"ablation_result_{method}")
-    chosen = []
+    chosen, asked = [], share.take_ablation(method)
     for c in browse.shown_concepts(ex, method):
         with st.container(border=True):
             picture, body = st.columns([2, 3], vertical_alignment="center")
@@ -78,8 +82,12 @@ def ablation_panel(run: Run, method: str, text: str, ex: dict, cloud_width: int 
                 concept_picture(run, method, c["concept"], width=cloud_width)
             with body:
                 st.markdown(f"**{html.escape(c['label'])}**  \n{html.escape(c['why'])}")
-                if st.toggle("Ablate", key=f"abl_{method}_{c['concept']}_{text_key(text)}"):
+                key = f"abl_{method}_{c['concept']}_{text_key(text)}"
+                if c["concept"] in asked:
+                    st.session_state[key] = True
+                if st.toggle("Ablate", key=key):
                     chosen.append(c["concept"])
+    share.publish(ablate={method: chosen})
     with result:
         if chosen:
             with guard():

@@ -1,7 +1,7 @@
 """Widgets the pages share: the guard that turns a run error into one sentence, the rebuild
 button it offers, the sidebar's run and method selectors, the shared input text (cleaned, in the
-browser and on the server) and the pin button. Values chosen on one page are kept for the
-others in `st.session_state`.
+browser and on the server) and the pin button (pins are saved with the run). Values chosen on
+one page are kept for the others in `st.session_state`, and put in the page's link (`share`).
 """
 
 from __future__ import annotations
@@ -15,12 +15,11 @@ import streamlit as st
 from vqlc_core import browse
 from vqlc_core.browse import EXAMPLE  # the pages open on it; the build explains it ahead
 from vqlc_core.inputs import clean_input
+from vqlc_core.pins import add_pin, load_pins
 from vqlc_core.run import Run, default_run, list_runs
 from vqlc_core.runio import CorruptStage, RunError
 
-from . import loaders
-
-
+from . import loaders, share
 
 @contextmanager
 def guard():
@@ -89,6 +88,7 @@ def text_input(label: str = "Input text", height: int = 100) -> str:
         st.session_state["text_notice"] = (clean, notice)
     text = st.text_area(label, key=wkey, height=height)
     st.session_state["text"] = text
+    share.publish(text=text)
     kept = st.session_state.get("text_notice")
     if kept and kept[0] == text:
         st.warning(kept[1], icon=":material/edit_note:")
@@ -125,8 +125,9 @@ def text_key(text: str) -> str:
 
 
 def sidebar(need: tuple[str, ...] = (), choose_method: bool = True):
-    """Run (and method) selectors. Stops the page with an explanation when no run is built or
-    the chosen run lacks a stage in `need`. Returns (run, method or None)."""
+    """Run (and method) selectors, set from the page's link the first time (see `share`). Stops
+    the page with an explanation when no run is built or the chosen run lacks a stage in `need`.
+    Returns (run, method or None); the link to the view is kept up to date from here on."""
     well_formed_typing()  # every page with a run has a box to type in
     cache = loaders.cache_dir()
     runs = [p.name for p in list_runs(cache)]
@@ -134,6 +135,7 @@ def sidebar(need: tuple[str, ...] = (), choose_method: bool = True):
         st.info(f"No run is built yet under {cache / 'runs'}. Open the **Build** page to build the "
                 "default run, or run `python -m vqlc_core build`.")
         st.stop()
+    share.restore(runs)  # a link's run, method, concept and input, before the widgets read them
     run_dir = cache / "runs" / _select("Run", "run", runs, default=default_run(cache))
     with guard():
         run = loaders.load_run(str(run_dir), (run_dir / "manifest.json").stat().st_mtime_ns)
@@ -144,17 +146,22 @@ def sidebar(need: tuple[str, ...] = (), choose_method: bool = True):
         st.warning(browse.unfinished_message(run, missing[0] if missing else "a concept method"))
         st.stop()
     method = _select("Concept method", "method", built) if choose_method else None
+    share.settle(run, method)
+    share.begin(run.dir.name, method)
     return run, method
 
 
 def pin_button(run: Run, method: str, text: str, key: str) -> None:
     """A button that pins this input and its concepts, with the run's provenance, for the Case
-    study page; an input already pinned from this run and method is not pinned again."""
+    study page; pins are saved with the run (`vqlc_core.pins`), so they outlive the session. An
+    input already pinned from this run and method is not pinned again."""
     if st.button("Pin for the case study", key=key, icon=":material/push_pin:"):
-        pins = st.session_state.setdefault("pins", [])
-        if browse.find_pin(pins, run.dir.name, method, text) is not None:
+        with guard():
+            n = None
+            if browse.find_pin(load_pins(run.dir), run.dir.name, method, text) is None:
+                n = add_pin(run.dir, browse.make_pin(loaders.explainer(str(run.dir), loaders.stamp(run)), text, method,
+                                                     source=browse.provenance(run, method)))
+        if n is None:
             st.toast("Already pinned: this input and method are in the case study.")
-            return
-        pins.append(browse.make_pin(loaders.explainer(str(run.dir), loaders.stamp(run)), text, method,
-                                    source=browse.provenance(run, method)))
-        st.toast(f"Pinned: {len(pins)} pin{'s' if len(pins) != 1 else ''} in the case study.")
+        else:
+            st.toast(f"Pinned: {n} pin{'s' if n != 1 else ''} in the case study.")

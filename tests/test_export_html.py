@@ -1,0 +1,116 @@
+"""The standalone HTML export of a run's concepts (vqlc_core/export_html.py, `vqlc export-html`) on
+the real apptest run: one file that asks for nothing outside itself, every concept with its cloud,
+words, contexts and class distribution, the faithfulness table, text from the run escaped, and
+one-sentence errors. tests/test_browser_share.py opens it in chromium with the network blocked."""
+
+from __future__ import annotations
+
+import html
+import re
+
+import pytest
+
+from tests.conftest import CACHE, run_cli
+from tests.runcopy import linked_copy
+from vqlc_core import browse, export_html
+from vqlc_core.runio import RunError, read_parquet, write_parquet
+
+EVIL = " <script>alert(1)</script>"
+
+
+@pytest.fixture(scope="module")
+def page(apptest_run) -> str:
+    return export_html.render(apptest_run, "vqlc")
+
+
+def evil_copy(apptest_run, cache):
+    """A linked copy of apptest whose text behind concept 1's first context ends in a script tag;
+    returns (run, concept)."""
+    run = linked_copy(apptest_run.dir, cache)
+    cs, texts = run.concept_set("vqlc"), run.texts
+    k = next(k for k in range(cs.n_concepts) if cs.sizes[k] and not browse.is_prediction_concept(cs.summary.loc[k]))
+    tid = browse.member_contexts(texts, run.store.tokens, cs.assignments, k, n=export_html.N_CONTEXTS,
+                                 seed=run.cfg.seed)["text_id"].iloc[0]
+    texts.loc[texts["text_id"] == tid, "text"] += EVIL
+    (run.dir / "texts.parquet").unlink()  # the link to apptest's file, not the file
+    write_parquet(run.dir / "texts.parquet", texts)
+    return run, k
+
+
+def test_the_export_asks_for_nothing_outside_the_file(page):
+    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", page, re.I)
+    assert "http://" not in page.replace('http-equiv="', "") and "https://" not in page
+    assert "<script" not in page.lower() and "@import" not in page
+    urls = re.findall(r"url\(([^)]*)\)", page)
+    assert urls and all(u.startswith('"data:image/png;base64,') for u in urls)
+    assert "Content-Security-Policy" in page and "default-src 'none'" in page
+
+
+def test_every_concept_is_in_the_grid_with_its_section_cloud_words_and_contexts(apptest_run, page):
+    cs = apptest_run.concept_set("vqlc")
+    ids = [k for k in range(cs.n_concepts) if cs.sizes[k]]
+    assert re.findall(r'<a class=card href="#c(\d+)">', page) == [str(k) for k in ids]
+    assert re.findall(r'<section class=concept id="c(\d+)">', page) == [str(k) for k in ids]
+    words = [k for k in ids if not browse.is_prediction_concept(cs.summary.loc[k])]
+    assert sorted(int(k) for k in re.findall(r"\.w(\d+)\{background-image", page)) == words
+    for k in ids:
+        section = page.split(f'id="c{k}">', 1)[1].split("</section>", 1)[0]
+        assert html.escape(cs.label(k, 5)) in section
+        assert "<li>" in section and "Class distribution" in section
+    assert page.count("<mark>") >= len(words)
+    assert page.count("<tr") == len(apptest_run.faithfulness()) + 1  # the header, then one row each
+
+
+def test_the_export_fits_its_budget_for_hundreds_of_concepts(apptest_run, page):
+    n = len(re.findall(r"<a class=card ", page))
+    per_concept = len(page.encode()) / n
+    print(f"\nexport: {len(page.encode()) / 1e3:.0f} kB for {n} concepts ({per_concept / 1e3:.1f} kB each)")
+    assert per_concept * 400 < 15e6  # the default run's 400 concepts under 15 MB
+
+
+def test_chosen_concepts_come_in_the_order_given_once_each(apptest_run):
+    page = export_html.render(apptest_run, "kmeans", [5, 2, 5])
+    assert re.findall(r'<a class=card href="#c(\d+)">', page) == ["5", "2"]
+    assert "K-Means in run apptest" in page
+
+
+def test_text_from_the_run_is_shown_escaped(apptest_run, tmp_path):
+    run, k = evil_copy(apptest_run, tmp_path)
+    page = export_html.render(run, "vqlc", [k])
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<script" not in page
+
+
+@pytest.mark.parametrize("method, concepts, said", [
+    ("sparse", None, "Run 'apptest' has no finished method 'sparse'; choose one of vqlc, kmeans, lacoat."),
+    ("vqlc", [3, 20], "Concept 20 does not exist: method 'vqlc' of run 'apptest' has concepts 0 to 19."),
+])
+def test_a_method_or_concept_that_is_not_there_is_one_sentence(apptest_run, method, concepts, said):
+    with pytest.raises(RunError) as err:
+        export_html.render(apptest_run, method, concepts)
+    assert str(err.value) == said
+
+
+@pytest.mark.slow
+def test_the_command_writes_one_file_and_its_mistakes_are_one_line(apptest_run, tmp_path):
+    out = tmp_path / "share" / "apptest.html"
+    code, stdout, stderr = run_cli("export-html", "--run", "apptest", "--method", "lacoat", "--concepts", "1", "4",
+                                   "--out", str(out), "--cache-dir", str(CACHE))
+    assert code == 0, stderr
+    assert f"wrote {out}" in stdout and out.exists()
+    assert re.findall(r'<a class=card href="#c(\d+)">', out.read_text()) == ["1", "4"]
+    code, _, stderr = run_cli("export-html", "--run", "apptest", "--concepts", "2", "--out", str(out.parent),
+                              "--cache-dir", str(CACHE))  # a folder: the file gets its default name there
+    assert code == 0 and (out.parent / "apptest-vqlc-concepts.html").exists(), stderr
+    for args, said in [(["--run", "nope"], "No run 'nope' under"),
+                       (["--run", "apptest", "--method", "sparse"], "has no finished method 'sparse'"),
+                       (["--run", "apptest", "--concepts", "99"], "Concept 99 does not exist")]:
+        code, _, stderr = run_cli("export-html", *args, "--out", str(tmp_path / "x.html"), "--cache-dir", str(CACHE))
+        assert code == 2 and stderr.startswith("vqlc: error: ") and said in stderr, stderr
+        assert stderr.count("\n") == 1 and "Traceback" not in stderr
+    assert not (tmp_path / "x.html").exists()
+
+
+def test_the_texts_file_of_an_evil_copy_is_its_own(apptest_run, tmp_path):
+    evil_copy(apptest_run, tmp_path)
+    assert not read_parquet(apptest_run.dir / "texts.parquet")["text"].str.contains("<script>").any()
