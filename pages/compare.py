@@ -5,7 +5,7 @@ import plotly.express as px
 import streamlit as st
 
 import vqlc_ui
-from vqlc_core import browse
+from vqlc_core import browse, sae_compare
 
 ORDER = ("kmeans", "lacoat", "vqlc")
 run, _ = vqlc_ui.sidebar(need=("classifier", "evaluate"), choose_method=False)
@@ -51,3 +51,11 @@ cost = browse.cost_table(measures)
 st.dataframe(cost, hide_index=True)
 st.plotly_chart(px.bar(cost.melt("method", ["fit_time_s", "peak_rss_mb"]), x="method", y="value", facet_col="variable",
                        height=280).update_yaxes(matches=None, showticklabels=True), width="stretch", key="cost_chart")
+if comparison := sae_compare.load(run):  # written by `vqlc sae-compare`, dropped once a method is rebuilt
+    st.header("Concepts against SAE features")
+    st.caption("Per method: active features per word (L0), features that fire on no row, the share of test sentences "
+               "a feature fires on (median / 90th percentile), R² of the dev rows' reconstruction (a centroid for "
+               "clusters), a logistic-regression probe on each sentence's bag of features and how many features, "
+               "by |coefficient|, reach 90% of its accuracy, and the confidence drop of ablating the prediction "
+               "concept.")
+    st.markdown(sae_compare.markdown(comparison))

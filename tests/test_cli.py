@@ -60,7 +60,7 @@ def test_every_command_is_listed_with_a_help_line():
     assert all(h and len(h.split()) >= 3 for h in helps.values()), helps
 
 
-@pytest.mark.parametrize("command", ["extract", "train", "build", "runs"])
+@pytest.mark.parametrize("command", ["extract", "train", "build", "runs", "export-html", "sae-compare"])
 def test_every_option_of_a_command_has_its_own_help_text(command):
     opts = options(subcommands()[command])
     assert len(opts) >= 2

@@ -3,7 +3,9 @@ import pytest
 
 from vqlc_core.kmeans import KMeansConcepts
 from vqlc_core.lacoat import LACOAT
-from vqlc_core.methods import METHODS, REGISTRY, ConceptMethod, PeakMemory, method_class, softmax_neg_distances
+from vqlc_core.config import MethodsConfig
+from vqlc_core.methods import (DEFAULT_METHODS, METHODS, REGISTRY, ConceptMethod, PeakMemory, method_class,
+                               softmax_neg_distances)
 from vqlc_core.runio import RunError
 from vqlc_core.store import ArrayStore
 
@@ -68,11 +70,12 @@ def test_a_new_method_fits_saves_and_loads_through_the_base_class_alone(tmp_path
 
 
 def test_the_registry_names_each_method_class_once():
-    assert METHODS == tuple(REGISTRY) == ("vqlc", "kmeans", "lacoat")
+    assert METHODS == tuple(REGISTRY) == ("vqlc", "kmeans", "lacoat", "sae")
+    assert DEFAULT_METHODS == ("vqlc", "kmeans", "lacoat") == MethodsConfig().methods  # the SAE is an option
     for name in METHODS:
         cls = method_class(name)
         assert issubclass(cls, ConceptMethod) and cls(n_concepts=3).name == name
-    with pytest.raises(RunError, match="Unknown concept method 'pca'; choose one of vqlc, kmeans, lacoat."):
+    with pytest.raises(RunError, match="Unknown concept method 'pca'; choose one of vqlc, kmeans, lacoat, sae."):
         method_class("pca")
 
 

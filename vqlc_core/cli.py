@@ -1,5 +1,6 @@
-"""Command line: `vqlc {extract,train,build,report,runs}` (also `python -m vqlc_core ...`, and under
-`torchrun ... -m vqlc_core extract|train`; see the README, "Running on several machines").
+"""Command line: `vqlc {extract,train,build,report,export-html,sae-compare,runs}` (also
+`python -m vqlc_core ...`, and under `torchrun ... -m vqlc_core extract|train`; see the README,
+"Running on several machines").
 
 The options are generated from the config dataclasses (`config.py`), so their defaults and help
 live in one place. Every mistake a user can make ends in one sentence on stderr and exit
@@ -104,6 +105,24 @@ def parser() -> argparse.ArgumentParser:
                         "fine-tuned model): accuracy, prediction concepts, faithfulness against the controls, stage times")
     p.add_argument("--cache-dir", type=Path, default=None, help="where runs live (default: $VQLC_CACHE_DIR or cache)")
     p.add_argument("-v", "--verbose", action="store_true", help="log diagnostics")
+    p = sub.add_parser("export-html", help="write one self-contained HTML file of a method's concepts (grid, word "
+                       "clouds, top words, contexts, class distribution) and the run's faithfulness table; it opens "
+                       "in a browser with no server or network")
+    p.add_argument("--run", "--run-name", dest="run", required=True, help="the run's name, its folder under <cache>/runs/")
+    p.add_argument("--method", default=None, help="the concept method to export (default: the run's first finished "
+                   "method, e.g. vqlc)")
+    p.add_argument("--concepts", nargs="+", type=int, metavar="K", default=None,
+                   help="export only these concept ids, in this order (default: every concept with members)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="the HTML file to write, or a folder to write <run>-<method>-concepts.html in (default: .)")
+    p.add_argument("--cache-dir", type=Path, default=None, help="where runs live (default: $VQLC_CACHE_DIR or cache)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log diagnostics")
+    p = sub.add_parser("sae-compare", help="compare a run's SAE features with its concepts (L0, dead features, share "
+                       "of test sentences each fires on, dev R², a bag-of-features probe); writes eval/sae_compare.json "
+                       "and prints the table as markdown")
+    p.add_argument("--run", "--run-name", dest="run", required=True, help="the run's name, its folder under <cache>/runs/")
+    p.add_argument("--cache-dir", type=Path, default=None, help="where runs live (default: $VQLC_CACHE_DIR or cache)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log diagnostics")
     p = sub.add_parser("runs", help="list the runs and the state of their stages")
     p.add_argument("--cache-dir", type=Path, default=None, help="where runs live (default: $VQLC_CACHE_DIR or cache)")
     p.add_argument("-v", "--verbose", action="store_true", help="log diagnostics")
@@ -137,6 +156,25 @@ def _list_runs(cache_dir: Path | None) -> int:
     return 0
 
 
+def _export_html(args: argparse.Namespace) -> int:
+    import time
+
+    from . import export_html
+    from .run import Run, cache_dir_default
+    from .runio import check_run_name
+
+    run_dir = (args.cache_dir or cache_dir_default()) / "runs" / check_run_name(args.run)
+    if not (run_dir / "manifest.json").exists():
+        raise RunError(f"No run '{args.run}' under {run_dir.parent}; `vqlc runs` lists the runs there.")
+    t0 = time.perf_counter()
+    try:
+        out = export_html.write(Run(run_dir), args.method, args.out, args.concepts)
+    except OSError as err:
+        raise RunError(f"Cannot write the HTML file to {args.out}: {err.strerror}; choose another --out.") from err
+    log.info("vqlc: wrote %s (%.1f MB) in %.0f s", out, out.stat().st_size / 1e6, time.perf_counter() - t0)
+    return 0
+
+
 def _configure_logging(verbose: bool) -> None:
     """vqlc's own messages to stdout (INFO; DEBUG with --verbose); other libraries keep theirs."""
     if not any(getattr(h, "_vqlc", False) for h in log.handlers):
@@ -164,6 +202,15 @@ def main(argv: list[str] | None = None) -> int:
             root = (args.cache_dir or cache_dir_default()) / "runs"
             runs = [Run(root / check_run_name(name)) for name in [args.run, *(args.compare or [])]]
             print(compare_table(runs) if args.compare else run_tables(runs[0]), end="")
+            return 0
+        if args.command == "export-html":
+            return _export_html(args)
+        if args.command == "sae-compare":
+            from .run import Run, cache_dir_default
+            from .runio import check_run_name
+            from .sae_compare import command
+
+            print(command(Run((args.cache_dir or cache_dir_default()) / "runs" / check_run_name(args.run))), end="")
             return 0
         from .pipeline import build
 

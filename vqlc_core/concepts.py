@@ -1,11 +1,11 @@
-"""The concept set: one format for every concept method (VQLC, K-Means, LACOAT).
+"""The concept set: one format for every concept method (VQLC, K-Means, LACOAT, SAE).
 
 A concept set holds an assignment for every row of the store, a concept vector per concept in
 the model's hidden space (the mean of its train members' states), the train rows' mean state,
-method-specific arrays (VQLC's code vectors and aggregated encodings), and a per-concept
-summary: size, top words with counts, class distribution, dominant class, purity and example
-contexts. Only train rows shape a concept: dev and test rows are assigned (for display and
-evaluation) but never move a concept vector or its summary.
+method-specific arrays (VQLC's code vectors and aggregated encodings, the SAE's decoder
+directions), and a per-concept summary: size, top words with counts, class distribution,
+dominant class, purity and example contexts. Only train rows shape a concept: dev and test
+rows are assigned (for display and evaluation) but never move a concept vector or its summary.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ class ConceptSet:
     vectors: np.ndarray  # (K, d) mean hidden state of each concept's train members
     summary: pd.DataFrame  # one row per concept, see `summarize`
     class_names: list[str]
-    extra: dict[str, np.ndarray] = field(default_factory=dict)  # e.g. VQLC "codes", "encodings"
+    extra: dict[str, np.ndarray] = field(default_factory=dict)  # e.g. VQLC "codes", "encodings"; SAE "directions"
     info: dict = field(default_factory=dict)  # fit time, peak memory, measures
     mean: np.ndarray | None = None  # (d,) mean state of the train rows; None in sets saved before it existed
 
@@ -121,8 +121,12 @@ class ConceptSet:
         the train rows' mean (centred, the default) or the concept vector itself. Uncentred
         vectors point mostly along the mean that every state shares, so removing one mostly
         removes that mean (RESEARCH.md section 1). A concept without train members has a zero
-        direction: it removes nothing."""
+        direction: it removes nothing. A method that has its own direction per concept (the
+        SAE's unit decoder rows, `extra["directions"]`) gives it as the centred direction: a
+        decoder row is already a direction about the mean (the SAE centres its input)."""
         ids = np.atleast_1d(np.asarray(ids, dtype=np.int64))
+        if centred and "directions" in self.extra:
+            return np.asarray(self.extra["directions"], dtype=np.float32)[ids]
         v = self.vectors[ids].astype(np.float32)
         if centred:
             if self.mean is None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-from .methods import METHODS
+from .methods import DEFAULT_METHODS, METHODS
 from .runio import RunError
 
 POOLINGS = ("cls", "mean", "last")
@@ -161,14 +161,16 @@ class FitSetConfig:
 
 @dataclass
 class MethodsConfig:
-    """The concept-method stages: which methods, K, and VQLC's own options."""
+    """The concept-method stages: which methods, K, and VQLC's and the SAE's own options."""
 
-    methods: tuple[str, ...] = opt(METHODS, "which concept methods", choices=METHODS)
+    methods: tuple[str, ...] = opt(DEFAULT_METHODS, "which concept methods", choices=METHODS)
     n_concepts: int = opt(400, "number of concepts K for every method (as in the paper's lineage)")
     vqlc_beta: float = opt(0.25, "VQLC commitment weight beta", flag="--beta")
     vqlc_epochs: int | None = opt(None, "VQLC training epochs (default: enough for 1,000 steps)", flag="--epochs")
     vqlc_fit_on: str = opt("fitset", "VQLC trains on the shared fit set or on all train rows", flag="--fit-on",
                            choices=("fitset", "all"))
+    sae_latents: int = opt(4096, "SAE: number of latents, its concepts (K does not apply to it)")
+    sae_k: int = opt(32, "SAE: active latents per row (TopK)")
     seeds: tuple[int, ...] | None = opt(None, "train every method once per seed on the same store and evaluate "
                                               "each, for intervals over seeds; the first seed's concepts are the "
                                               "ones the dashboard shows (default: the run's --seed only)")
@@ -183,6 +185,8 @@ class MethodsConfig:
         _at_least(self, "n_concepts", 2)
         _at_least(self, "vqlc_epochs", 1)
         _one_of(self, "vqlc_fit_on", ("fitset", "all"))
+        _at_least(self, "sae_k", 1)
+        _at_least(self, "sae_latents", self.sae_k + 1)
         if self.seeds is not None:
             self.seeds = tuple(int(s) for s in self.seeds)
             if not self.seeds or len(set(self.seeds)) != len(self.seeds):

@@ -24,8 +24,11 @@ REGISTRY: dict[str, str] = {
     "vqlc": "vqlc_core.vqlc:VQLC",
     "kmeans": "vqlc_core.kmeans:KMeansConcepts",
     "lacoat": "vqlc_core.lacoat:LACOAT",
+    "sae": "vqlc_core.sae:SAEConcepts",
 }
 METHODS = tuple(REGISTRY)
+# What a build fits unless told otherwise: the SAE is an option (its cost is in the README).
+DEFAULT_METHODS = ("vqlc", "kmeans", "lacoat")
 METHOD_FILE = "method.json"
 WEIGHTS_FILE = "method.safetensors"
 FORMAT_VERSION = 2

@@ -12,7 +12,7 @@ import pandas as pd
 
 from .runio import RunError, read_json, read_parquet
 
-NAMES = {"vqlc": "VQLC", "kmeans": "K-Means", "lacoat": "LACOAT"}
+NAMES = {"vqlc": "VQLC", "kmeans": "K-Means", "lacoat": "LACOAT", "sae": "SAE"}
 
 
 def _num(x, digits: int = 3) -> str:
