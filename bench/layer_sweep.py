@@ -1,8 +1,8 @@
 """Which layer to explain? The three methods at several layers of the same fine-tuned model.
 
 For each layer the run `<base>-layer<L>` reuses the base run's texts and fine-tuned weights
-(copied, so nothing is trained twice) and builds extraction, the methods (every seed of the
-base run) and the evaluation at layer L; the base run's own layer is read from the base run
+(copied, so nothing is trained twice) and builds extraction, the methods (`--methods`, every seed
+of the base run) and the evaluation at layer L; the base run's own layer is read from the base run
 itself. Per layer and method it reports: the prediction-concept and salient-word confidence
 drops with their 95% intervals and the energy they removed, the random-concept control, the
 global-mean control, how many distinct concepts the test prediction representations use and
@@ -35,12 +35,12 @@ NAMES = {"vqlc": "VQLC", "kmeans": "K-Means", "lacoat": "LACOAT"}
 KEEP = ("texts.parquet", "finetune")  # what a layer run takes from the base run
 
 
-def layer_run(base: Run, layer: int) -> Run:
+def layer_run(base: Run, layer: int, methods: list[str]) -> Run:
     """The base run itself at its own layer; otherwise `<base>-layer<L>`, built if needed from a
     copy of the base run's texts and fine-tuned model."""
     if layer == base.layer:
         return base
-    cfg = base.rebuild_config().replace(run=f"{base.dir.name}-layer{layer}", layer=layer)
+    cfg = base.rebuild_config().replace(run=f"{base.dir.name}-layer{layer}", layer=layer, methods=tuple(methods))
     if not (cfg.run_dir / "manifest.json").exists():
         cfg.run_dir.mkdir(parents=True)
         for name in KEEP:
@@ -55,11 +55,14 @@ def layer_run(base: Run, layer: int) -> Run:
     return run
 
 
-def rows_of(run: Run) -> list[dict]:
+def rows_of(run: Run, methods: list[str]) -> list[dict]:
     faith = read_parquet(run.dir / "eval" / "faithfulness.parquet").set_index(["method", "target"])
     measures = read_json(run.dir / "eval" / "measures.json")
     out = []
     for m, v in measures["methods"].items():
+        if m not in methods:
+            continue
+
         def cell(target, col="mean_conf_drop"):
             return float(faith.loc[(m, target), col]) if (m, target) in faith.index else float("nan")
 
@@ -125,10 +128,12 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--base", default="default", help="the built run whose texts and fine-tuned model are reused")
     ap.add_argument("--layers", type=int, nargs="+", default=[3, 5], help="layers to compare (default: 3 5)")
+    ap.add_argument("--methods", nargs="+", default=["vqlc", "kmeans", "lacoat"],
+                    help="the methods to build and compare at each layer (default: vqlc kmeans lacoat)")
     ap.add_argument("--cache-dir", default=str(ROOT / "cache"), help="the cache folder holding runs/ (default: cache)")
     args = ap.parse_args(argv)
     base = Run(Path(args.cache_dir) / "runs" / args.base)
-    rows = [r for layer in args.layers for r in rows_of(layer_run(base, layer))]
+    rows = [r for layer in args.layers for r in rows_of(layer_run(base, layer, args.methods), args.methods)]
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "layer_sweep.json").write_text(json.dumps({"base": args.base, "rows": rows}, indent=1))
     md = markdown(rows)
