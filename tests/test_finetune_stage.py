@@ -83,3 +83,13 @@ def test_changing_a_finetuning_setting_of_a_finished_run_is_refused(frozen):
     cfg = frozen.rebuild_config().replace(finetune="full")
     with pytest.raises(RunError, match=r"stage 'finetune' built with --finetune none, not full; pass --rebuild finetune"):
         build(cfg, stages=["texts", "finetune"])
+
+
+def test_fine_tuning_hyperparameters_of_a_frozen_run_do_not_lock_it(frozen):
+    # a run that fine-tuned nothing is not refused for a learning rate or precision it never used
+    cfg = frozen.rebuild_config()
+    other = "float32" if cfg.finetune.finetune_dtype == "bfloat16" else "bfloat16"
+    build(cfg.replace(finetune_dtype=other, finetune_lr=1e-4, finetune_epochs=5), stages=["texts", "finetune"])
+    assert Run(frozen.dir).manifest.data["stages"]["finetune"]["mode"] == "none"
+    with pytest.raises(RunError, match=r"built with --finetune none, not full"):  # the mode itself still counts
+        build(cfg.replace(finetune="full", finetune_dtype=other), stages=["texts", "finetune"])

@@ -30,6 +30,13 @@ def _show(value) -> str:
     return "(default)" if value is None else str(value)
 
 
+def _irrelevant(stage: str, key: str, entry: dict, flat: dict) -> bool:
+    """Whether a changed setting cannot change a finished stage's output: the fine-tuning
+    hyperparameters of a stage that fine-tuned nothing (mode none) and still will not."""
+    return (stage == "finetune" and key.startswith("finetune_") and entry.get("mode") == "none"
+            and entry.get("settings", {}).get("finetune") == flat.get("finetune"))
+
+
 def check_settings(run: Run, cfg: BuildConfig, names: list[str]) -> None:
     """Refuse, in one sentence naming the option and the stage to rebuild, when a finished stage
     among `names` was built with other settings than `cfg` has."""
@@ -40,7 +47,7 @@ def check_settings(run: Run, cfg: BuildConfig, names: list[str]) -> None:
             continue
         built = entry.get("settings", {})
         for key in stage_reads(name):
-            if key in built and built[key] != flat[key]:
+            if key in built and built[key] != flat[key] and not _irrelevant(name, key, entry, flat):
                 raise RunError(f"Run '{run.dir.name}' has stage '{name}' built with {flag_of(key)} {_show(built[key])}, "
                                f"not {_show(flat[key])}; pass --rebuild {name} to build it and the stages after it "
                                "again, or choose another --run name.")
