@@ -19,17 +19,15 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 import time
 from pathlib import Path
 
+from vqlc_core.pipeline import build
+from vqlc_core.run import Run
+from vqlc_core.runio import read_json, read_parquet
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-sys.path.insert(0, str(ROOT))
-
-from vqlc_core.pipeline import build  # noqa: E402
-from vqlc_core.run import Run  # noqa: E402
-from vqlc_core.runio import read_json, read_parquet  # noqa: E402
 
 NAMES = {"vqlc": "VQLC", "kmeans": "K-Means", "lacoat": "LACOAT"}
 KEEP = ("texts.parquet", "finetune")  # what a layer run takes from the base run

@@ -98,31 +98,22 @@ def parser() -> argparse.ArgumentParser:
             p.add_argument("--rebuild", metavar="STAGE", choices=stage_names(),
                            help="build this stage and every stage after it again, e.g. after a corrupt file was "
                                 "found or to change its settings; one of " + ", ".join(stage_names()))
-    p = sub.add_parser("report", help="print a finished run's result tables as markdown (for a README or a paper)")
-    p.add_argument("--run", "--run-name", dest="run", required=True, help="the run's name, its folder under <cache>/runs/")
+    p = _run_command(sub, "report", "print a finished run's result tables as markdown (for a README or a paper)")
     p.add_argument("--compare", nargs="+", metavar="RUN", default=None,
                    help="instead of the run's tables, one table of --run beside these runs (e.g. a frozen and a "
                         "fine-tuned model): accuracy, prediction concepts, faithfulness against the controls, stage times")
-    p.add_argument("--cache-dir", type=Path, default=None, help="where runs live (default: $VQLC_CACHE_DIR or cache)")
-    p.add_argument("-v", "--verbose", action="store_true", help="log diagnostics")
-    p = sub.add_parser("export-html", help="write one self-contained HTML file of a method's concepts (grid, word "
-                       "clouds, top words, contexts, class distribution) and the run's faithfulness table; it opens "
-                       "in a browser with no server or network")
-    p.add_argument("--run", "--run-name", dest="run", required=True, help="the run's name, its folder under <cache>/runs/")
+    p = _run_command(sub, "export-html", "write one self-contained HTML file of a method's concepts (grid, word "
+                     "clouds, top words, contexts, class distribution) and the run's faithfulness table; it opens "
+                     "in a browser with no server or network")
     p.add_argument("--method", default=None, help="the concept method to export (default: the run's first finished "
                    "method, e.g. vqlc)")
     p.add_argument("--concepts", nargs="+", type=int, metavar="K", default=None,
                    help="export only these concept ids, in this order (default: every concept with members)")
     p.add_argument("--out", type=Path, default=None,
                    help="the HTML file to write, or a folder to write <run>-<method>-concepts.html in (default: .)")
-    p.add_argument("--cache-dir", type=Path, default=None, help="where runs live (default: $VQLC_CACHE_DIR or cache)")
-    p.add_argument("-v", "--verbose", action="store_true", help="log diagnostics")
-    p = sub.add_parser("sae-compare", help="compare a run's SAE features with its concepts (L0, dead features, share "
-                       "of test sentences each fires on, dev R², a bag-of-features probe); writes eval/sae_compare.json "
-                       "and prints the table as markdown")
-    p.add_argument("--run", "--run-name", dest="run", required=True, help="the run's name, its folder under <cache>/runs/")
-    p.add_argument("--cache-dir", type=Path, default=None, help="where runs live (default: $VQLC_CACHE_DIR or cache)")
-    p.add_argument("-v", "--verbose", action="store_true", help="log diagnostics")
+    _run_command(sub, "sae-compare", "compare a run's SAE features with its concepts (L0, dead features, share of "
+                 "test sentences each fires on, dev R², a bag-of-features probe); writes eval/sae_compare.json and "
+                 "prints the table as markdown")
     p = sub.add_parser("runs", help="list the runs and the state of their stages")
     p.add_argument("--cache-dir", type=Path, default=None, help="where runs live (default: $VQLC_CACHE_DIR or cache)")
     p.add_argument("-v", "--verbose", action="store_true", help="log diagnostics")
@@ -138,6 +129,15 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
     overrides = {k: v for k, v in vars(args).items() if k not in skip}
     overrides.setdefault("cache_dir", cache_dir_default())
     return preset(args.preset, **overrides)
+
+
+def _run_command(sub, name: str, help: str) -> argparse.ArgumentParser:
+    """A command that reads one finished run: --run, --cache-dir and -v."""
+    p = sub.add_parser(name, help=help)
+    p.add_argument("--run", "--run-name", dest="run", required=True, help="the run's name, its folder under <cache>/runs/")
+    p.add_argument("--cache-dir", type=Path, default=None, help="where runs live (default: $VQLC_CACHE_DIR or cache)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log diagnostics")
+    return p
 
 
 def _list_runs(cache_dir: Path | None) -> int:

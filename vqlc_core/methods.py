@@ -257,3 +257,27 @@ class ConceptMethod:
         if n_rows < self.n_concepts:
             raise RunError(f"The {self.name} method cannot find {self.n_concepts} concepts in {n_rows} rows; "
                            "lower --n-concepts or fit on more rows.")
+
+
+class ModuleMethod(ConceptMethod):
+    """A method whose fitted state is one torch module (`model_`, made by `_build(dim)`) with its
+    training history: VQLC and the SAE save and load it through this one path."""
+
+    def _build(self, dim: int):
+        raise NotImplementedError
+
+    def _tensors(self) -> dict:
+        """The module's state_dict: weights, buffers (codebooks, normalisation, firing counts)."""
+        self.check_fitted("model_")
+        return dict(self.model_.state_dict())
+
+    def _state(self) -> dict:
+        return {"dim": self.n_features_in_, "history": self.history_, "n_epochs": getattr(self, "n_epochs_", None)}
+
+    def _restore(self, tensors: dict, state: dict) -> None:
+        self.n_features_in_ = int(state["dim"])
+        self.model_ = self._build(self.n_features_in_)
+        self.model_.load_state_dict(tensors)
+        self.model_.eval()
+        self.history_ = list(state["history"])
+        self.n_epochs_ = state.get("n_epochs")

@@ -20,7 +20,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from . import checkpoint, distributed
-from .methods import ConceptMethod
+from .methods import ModuleMethod
 from .metrics import R2Accumulator, perplexity_from_counts
 from .runio import RunError
 from .vq import normalization
@@ -77,7 +77,7 @@ class SAEModel(nn.Module):
         return w / w.norm(dim=1, keepdim=True).clamp_min(1e-12)
 
 
-class SAEConcepts(ConceptMethod):
+class SAEConcepts(ModuleMethod):
     """Concepts of a TopK sparse autoencoder: `predict` returns each row's most active latent,
     `concept_extra()["directions"]` the unit decoder rows (L, d) that ablation removes.
 
@@ -273,20 +273,3 @@ class SAEConcepts(ConceptMethod):
         """The unit decoder rows (L, d) in raw space: each concept's direction."""
         self.check_fitted("model_")
         return {"directions": self.model_.directions().numpy()}
-
-    # ---- save and load (the base class writes method.safetensors + method.json) ----------
-
-    def _tensors(self) -> dict:
-        self.check_fitted("model_")
-        return dict(self.model_.state_dict())
-
-    def _state(self) -> dict:
-        return {"dim": self.n_features_in_, "history": self.history_, "n_epochs": getattr(self, "n_epochs_", None)}
-
-    def _restore(self, tensors: dict, state: dict) -> None:
-        self.n_features_in_ = int(state["dim"])
-        self.model_ = self._build(self.n_features_in_)
-        self.model_.load_state_dict(tensors)
-        self.model_.eval()
-        self.history_ = list(state["history"])
-        self.n_epochs_ = state.get("n_epochs")

@@ -15,7 +15,7 @@ import torch
 from tqdm.auto import tqdm
 
 from . import checkpoint, distributed
-from .methods import ConceptMethod, softmax_neg_distances
+from .methods import ModuleMethod, softmax_neg_distances
 from .metrics import R2Accumulator, perplexity_from_counts
 from .vq import NORMALIZE, VQModel, farthest_first, normalization
 
@@ -23,7 +23,7 @@ from .vq import NORMALIZE, VQModel, farthest_first, normalization
 _RESUMABLE = ("epochs", "progress", "checkpoint_dir", "device")
 
 
-class VQLC(ConceptMethod):
+class VQLC(ModuleMethod):
     """Vector Quantized Latent Concepts: residual encoder, EMA codebook of `n_concepts` codes,
     residual decoder; `predict` returns the index of the closest code in the code book.
 
@@ -310,21 +310,3 @@ class VQLC(ConceptMethod):
         if getattr(self, "encoding_means_", None) is not None:
             extra["encodings"] = self.encoding_means_
         return extra
-
-    # ---- save and load (the base class writes method.safetensors + method.json) ----------
-
-    def _tensors(self) -> dict:
-        """The module's state_dict: weights, codebook buffers and the normalisation."""
-        self.check_fitted("model_")
-        return dict(self.model_.state_dict())
-
-    def _state(self) -> dict:
-        return {"dim": self.n_features_in_, "history": self.history_, "n_epochs": getattr(self, "n_epochs_", None)}
-
-    def _restore(self, tensors: dict, state: dict) -> None:
-        self.n_features_in_ = int(state["dim"])
-        self.model_ = self._build(self.n_features_in_)
-        self.model_.load_state_dict(tensors)
-        self.model_.eval()
-        self.history_ = list(state["history"])
-        self.n_epochs_ = state.get("n_epochs")
