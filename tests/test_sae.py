@@ -100,6 +100,42 @@ def test_ablating_a_features_direction_leaves_the_layer_l_states_orthogonal_to_i
     assert (after["h"][0] @ d).abs().max() < 1e-4
 
 
+def test_the_top_activation_table_holds_each_features_largest_activations_over_the_rows(apptest_run, sae):
+    from vqlc_core.features import top_activations
+
+    store = apptest_run.store
+    rows = store.rows_where(split="train", kind="word")
+    top = top_activations(sae, store, rows, n=5, batch_size=1000)  # several batches: the running top is merged
+    dense = sae.transform(store.read(rows))
+    fired = np.flatnonzero((dense > 0).any(0))
+    assert sorted(top["concept"].unique()) == fired.tolist()
+    for k in fired[:: max(1, len(fired) // 25)]:
+        mine = top[top["concept"] == k].sort_values("rank")
+        want = np.sort(dense[:, k][dense[:, k] > 0])[::-1][:5]
+        np.testing.assert_allclose(mine["activation"], want, rtol=1e-5)
+        assert mine["rank"].tolist() == list(range(len(want))) and set(mine["row"]) <= set(rows)
+        np.testing.assert_allclose(dense[np.searchsorted(rows, mine["row"]), k], mine["activation"], rtol=1e-5)
+
+
+def test_a_features_contexts_give_its_activation_on_every_word_of_the_sentence(apptest_run, sae):
+    from vqlc_core.features import activation_html, feature_contexts, top_activations
+
+    store = apptest_run.store
+    top = top_activations(sae, store, store.rows_where(split="train", kind="word"), n=4)
+    k = int(top["concept"].value_counts().index[0])
+    ctx = feature_contexts(sae, store, apptest_run.texts, top, k)
+    assert len(ctx) == 4 and [c["activation"] for c in ctx] == sorted((c["activation"] for c in ctx), reverse=True)
+    for c, r in zip(ctx, top[top["concept"] == k].sort_values("rank").itertuples()):
+        assert len(c["activations"]) == len(c["words"]) == len(c["spans"])
+        assert c["words"][c["peak"]] == store.tokens.at[r.row, "word"]
+        assert c["activations"][c["peak"]] == pytest.approx(r.activation, rel=1e-5)
+        assert max(c["activations"]) == pytest.approx(c["activation"], rel=1e-5)  # no word of it is more active
+    page = activation_html(ctx[0], ctx[0]["activation"])
+    assert page.count('title="activation ') == sum(a > 0 for a in ctx[0]["activations"]) and "<b>" in page
+    evil = {"text": "<img src=x> fine", "spans": [(0, 11), (12, 16)], "activations": [1.0, 0.5], "peak": 0}
+    assert "<img" not in activation_html(evil, 1.0) and "&lt;img src=x&gt;" in activation_html(evil, 1.0)
+
+
 _KILLED_FIT = """
 import json, sys, torch
 torch.set_num_threads(1)
@@ -201,13 +237,14 @@ def test_a_written_comparison_is_dropped_when_a_method_was_rebuilt(apptest_run, 
 
 @pytest.fixture(scope="module")
 def sae_run(apptest_run, tmp_path_factory):
-    """A private copy of the apptest run with a small SAE built into it, and its evaluation again."""
+    """A private copy of the apptest run with a small SAE built into it, and its evaluation and
+    maps again."""
     from tests.runcopy import sealed_copy
     from vqlc_core.pipeline import build
 
     run = sealed_copy(apptest_run.dir, tmp_path_factory.mktemp("cache"))
     cfg = run.rebuild_config().replace(methods=("vqlc", "kmeans", "lacoat", "sae"), sae_latents=128, sae_k=4)
-    return build(cfg, stages=["sae", "evaluate"], rebuild="evaluate")
+    return build(cfg, stages=["sae", "evaluate", "maps"], rebuild="evaluate")
 
 
 @pytest.mark.slow
@@ -246,6 +283,26 @@ def test_the_command_writes_the_comparison_that_the_compare_page_shows(sae_run, 
     assert not at.exception, [e.value for e in at.exception]
     assert "Concepts against SAE features" in [h.value for h in at.header]
     assert any(m.value.strip() == out.strip() for m in at.markdown)
+
+
+@pytest.mark.slow
+def test_the_concepts_page_shows_an_sae_feature_by_its_top_activating_contexts(sae_run, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from vqlc_core.features import read_top
+
+    top = read_top(sae_run.dir, "sae")
+    assert top is not None and read_top(sae_run.dir, "vqlc") is None  # clusters have no activations
+    k = int(top["concept"].value_counts().index[0])
+    monkeypatch.setenv("VQLC_CACHE_DIR", str(sae_run.dir.parent.parent))
+    at = AppTest.from_file(str(ROOT / "pages" / "concepts.py"), default_timeout=120)
+    at.session_state["run"], at.session_state["method"] = sae_run.dir.name, "sae"
+    at.session_state["concept"], at.session_state["concept_method"] = k, "sae"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    shown = [m.value for m in at.markdown if m.value.startswith("**Top-activating contexts**")]
+    assert len(shown) == 1 and shown[0].count("\n- `") == (top["concept"] == k).sum()
+    assert 'title="activation ' in shown[0] and "<b>" in shown[0]
 
 
 def test_the_command_says_how_to_build_the_sae_when_a_run_has_none(apptest_run):

@@ -172,11 +172,13 @@ def stage_evaluate(run, name: str) -> dict:
 
 def stage_maps(run, name: str) -> dict:
     from .browse import precompute_clouds, precompute_example
+    from .features import write_top
     from .maps import concept_map
 
     for m in run.methods_built():
         write_parquet(run.dir / "methods" / m / "map.parquet", concept_map(run.concept_set(m), seed=run.cfg.seed))
         precompute_clouds(run, m, n=24)  # the Concepts page's first grid page opens without drawing
+        write_top(run, m)  # an SAE feature's top-activating contexts (methods with activations only)
     if run.manifest.is_complete("classifier"):
         precompute_example(run)  # Explain and Compare open on it without waiting for the model
     return {"methods": run.methods_built()}
@@ -200,7 +202,7 @@ STAGES: tuple[Stage, ...] = (
                                    "methods/{name}/seeds/*/model/*"),
           ("n_concepts", "seed", "seeds"), sharded=True, per_method=True),
     Stage("evaluate", stage_evaluate, ("eval/*",), ("methods", "faithfulness_texts", "ig_steps", "seed", "seeds")),
-    Stage("maps", stage_maps, ("methods/*/map.parquet",), ("methods", "seed")),
+    Stage("maps", stage_maps, ("methods/*/map.parquet", "methods/*/top_activations.parquet"), ("methods", "seed")),
 )
 
 

@@ -45,6 +45,27 @@ def explainer(run_dir: str, _stamp: int):
     return run.explainer({m: (run.method(m), concepts(run_dir, _stamp, m)) for m in run.methods_built()})
 
 
+@st.cache_resource(show_spinner=False, max_entries=8)
+def method_model(run_dir: str, _stamp: int, method: str):
+    return load_run(run_dir, _stamp).method(method)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def top_activations(run_dir: str, _stamp: int, method: str):
+    from vqlc_core.features import read_top
+
+    return read_top(run_dir, method)
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def feature_contexts(run_dir: str, _stamp: int, method: str, k: int) -> list[dict]:
+    from vqlc_core.features import feature_contexts as contexts
+
+    top = top_activations(run_dir, _stamp, method)
+    run = load_run(run_dir, _stamp)
+    return contexts(method_model(run_dir, _stamp, method), run.store, texts(run_dir, _stamp), top, int(k))
+
+
 @st.cache_data(show_spinner=False, max_entries=8)
 def tokens(run_dir: str, _stamp: int):
     return load_run(run_dir, _stamp).store.tokens

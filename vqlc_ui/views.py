@@ -14,7 +14,9 @@ from vqlc_core import browse
 from vqlc_core.run import Run
 
 from . import share
-from .loaders import ablate, cloud, concepts, stamp, texts, tokens
+from vqlc_core.features import activation_html
+
+from .loaders import ablate, cloud, concepts, feature_contexts, stamp, texts, tokens, top_activations
 from .widgets import guard, text_key
 
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|~<>$&])")
@@ -61,10 +63,27 @@ def concept_view(run: Run, method: str, k: int) -> None:
     with right:
         top = ", ".join(f"{w} ({n})" for w, n in cs.top_words(k, 15)) or "none (prediction rows only)"
         st.markdown(f"**Top words**: {html.escape(top)}")
+        if top_activations(rd, sp, method) is not None:
+            feature_activations(run, method, k)
+            return
         ctx = browse.member_contexts(texts(rd, sp), tokens(rd, sp), cs.assignments, k, n=12, seed=run.cfg.seed)
         lines = [f"- {browse.highlight_html(r.text, r.start, r.end)}" for r in ctx.itertuples() if r.start >= 0]
         lines += [f"- {html.escape(t)} *(prediction)*" for t in browse.prediction_examples(texts(rd, sp), row)]
         st.markdown("**Contexts**\n\n" + "\n".join(lines), unsafe_allow_html=True)
+
+
+def feature_activations(run: Run, method: str, k: int) -> None:
+    """A feature's top-activating train contexts, each word shaded by the feature's activation
+    on it (hover for the value), the most active first."""
+    rd, sp = str(run.dir), stamp(run)
+    ctx = feature_contexts(rd, sp, method, k)
+    if not ctx:
+        st.caption("This feature fires on no train word.")
+        return
+    scale = max(c["activation"] for c in ctx)
+    lines = [f"- `{c['activation']:.2f}` {activation_html(c, scale)}" for c in ctx]
+    st.markdown("**Top-activating contexts** (shade: this feature's activation on each word)\n\n"
+                + "\n".join(lines), unsafe_allow_html=True)
 
 
 def ablation_panel(run: Run, method: str, text: str, ex: dict, cloud_width: int = 120) -> list[int]:
