@@ -37,22 +37,28 @@ def healthy(url: str) -> bool:
 
 
 @contextmanager
-def serve(run_dir: Path, timeout_s: float = 60):
+def serve(run_dir: Path, timeout_s: float = 60, cpus: set[int] | None = None, env: dict | None = None,
+          app_root: Path = ROOT):
     """Yield (base URL, server process) of a dashboard whose only run is `run_dir` (so it is the
-    run the sidebar picks); the server's process group is killed afterwards."""
+    run the sidebar picks); the server's process group is killed afterwards. `cpus`: the cores
+    the server (and every thread it starts) may run on; `env`: more environment for it;
+    `app_root`: the checkout whose app.py is served (e.g. an older commit, to compare)."""
     cache = Path(tempfile.mkdtemp(prefix="vqlc_serve_"))
     (cache / "runs").mkdir()
     (cache / "runs" / run_dir.name).symlink_to(Path(run_dir).resolve(), target_is_directory=True)
     port = free_port()
     env = {**os.environ, "VQLC_CACHE_DIR": str(cache), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false"}
+           "TOKENIZERS_PARALLELISM": "false", **(env or {})}
+    if Path(app_root).resolve() != ROOT:
+        env["PYTHONPATH"] = str(Path(app_root).resolve())  # its own vqlc_core, not the installed one
     log_path = cache / "server.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "streamlit", "run", "app.py", "--server.address", "127.0.0.1", "--server.port",
              str(port), "--server.headless", "true", "--server.fileWatcherType", "none",
              "--browser.gatherUsageStats", "false"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            cwd=app_root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout_s

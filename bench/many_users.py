@@ -1,12 +1,17 @@
 """Many users on one dashboard: N browser sessions type inputs into the Explain page of one
 `streamlit run app.py` server at once, each waiting for its input's prediction before typing the
-next. Reports every request answered or not, latency (p50/p95) of one session alone and of N
-together, and the server's resident memory with 1 and with N sessions connected.
+next, for N = 1, 5 and 10. Per N: every request answered or not, latency p50/p95, answers per
+session (busiest over least served), the server's CPU time per answer and resident memory, and,
+from the server's own record (`$VQLC_SERVE_STATS`), each answer's queue wait and compute time.
 
-    .venv/bin/python bench/many_users.py --sessions 10 --seconds 60   # writes bench/results/many_users.json
+    .venv/bin/python bench/many_users.py --run-dir cache/runs/default   # writes bench/results/many_users.json
+    .venv/bin/python bench/many_users.py --app-root /tmp/old --out bench/results/many_users_before.json
 
-One chromium (Debian's, through playwright) with one context per session, driven by asyncio.
-Every input is new (a numbered word in it), so no cached explanation answers it.
+The server and the browser run on different cores (`--server-cpus`, `--client-cpus`; by
+default the first core serves and the others browse), so the clients do not eat the server's
+CPU. One chromium (Debian's, through playwright) with one context per session, driven by
+asyncio. Every input is new (a numbered word in it), so no cached explanation answers it.
+`--app-root` serves another checkout (e.g. an older commit) to measure before and after.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import argparse
 import asyncio
 import json
 import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -83,70 +89,115 @@ def _quantiles(xs: list[float]) -> dict:
             "max_s": round(float(a.max()), 3)}
 
 
-def _rss_mb(proc) -> float:
+def _tree(proc) -> list[psutil.Process]:
     p = psutil.Process(proc.pid)
-    return sum(q.memory_info().rss for q in [p, *p.children(recursive=True)]) / 2**20
+    return [p, *p.children(recursive=True)]
 
 
-async def _bench(base: str, server, n_sessions: int, seconds: float, alone_seconds: float) -> dict:
+def _rss_mb(proc) -> float:
+    return sum(q.memory_info().rss for q in _tree(proc)) / 2**20
+
+
+def _cpu_s(proc) -> float:
+    return sum(sum(q.cpu_times()[:2]) for q in _tree(proc))
+
+
+def _server_stats(path: Path, offset: int) -> dict:
+    """Queue wait and compute time of the answers the server recorded after byte `offset`."""
+    if not path.exists():
+        return {}
+    with open(path) as f:
+        f.seek(offset)
+        rows = [json.loads(line) for line in f if line.strip()]
+    if not rows:
+        return {}
+    return {"queue_wait": _quantiles([r["wait_s"] for r in rows]), "compute": _quantiles([r["compute_s"] for r in rows]),
+            "mean_batch": round(float(np.mean([r["batch"] for r in rows])), 2), "recorded": len(rows)}
+
+
+async def _measure(browser, base: str, server, n: int, seconds: float, stats: Path, first: int) -> dict:
+    sessions = [Session(browser, base, first + s) for s in range(n)]
+    await asyncio.gather(*(s.open() for s in sessions))
+    for s in sessions:
+        s.latencies.clear()
+        s.sent = s.answered = 0
+    offset, cpu0 = stats.stat().st_size if stats.exists() else 0, _cpu_s(server)
+    t0 = time.monotonic()
+    await asyncio.gather(*(s.type_until(t0 + seconds) for s in sessions))
+    wall, cpu = time.monotonic() - t0, _cpu_s(server) - cpu0
+    rss = _rss_mb(server)
+    for s in sessions:
+        await s.context.close()
+    per = [s.answered for s in sessions]
+    answered = sum(per)
+    return {"sessions": n, "seconds": round(wall, 1), "requests": sum(s.sent for s in sessions), "answered": answered,
+            "per_session_answered": per, "busiest_over_least": round(max(per) / max(min(per), 1), 2),
+            "latency": _quantiles([x for s in sessions for x in s.latencies]),
+            "server_cpu_s_per_answer": round(cpu / max(answered, 1), 3), "server_rss_mb": round(rss, 1),
+            **_server_stats(stats, offset), "failures": [f for s in sessions for f in s.failures][:20]}
+
+
+async def _bench(base: str, server, counts: list[int], seconds: float, stats: Path, client_cpus) -> list[dict]:
+    from playwright.async_api import async_playwright
+
+    before = os.sched_getaffinity(0)
+    if client_cpus:
+        os.sched_setaffinity(0, client_cpus)  # the browser started below inherits it
+    try:
+        return await _sessions(base, server, counts, seconds, stats)
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+async def _sessions(base: str, server, counts: list[int], seconds: float, stats: Path) -> list[dict]:
     from playwright.async_api import async_playwright
 
     async with async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
         try:
-            first = Session(browser, base, 0)
-            await first.open()
-            await first.ask(10_000)  # the first input waits for the model to load: not counted below
-            first.latencies.clear()
-            first.sent = first.answered = 0
-            await first.type_until(time.monotonic() + alone_seconds)
-            alone = list(first.latencies)
-            rss_one = _rss_mb(server)
-
-            others = [Session(browser, base, s) for s in range(1, n_sessions)]
-            await asyncio.gather(*(s.open() for s in others))
-            sessions = [first, *others]
-            for s in sessions:
-                s.latencies.clear()
-                s.sent = s.answered = 0
-            t0 = time.monotonic()
-            await asyncio.gather(*(s.type_until(t0 + seconds) for s in sessions))
-            wall = time.monotonic() - t0
-            rss_n = _rss_mb(server)
-            for s in sessions:
-                await s.context.close()
+            warm = Session(browser, base, 999)
+            await warm.open()
+            await warm.ask(10_000)  # the first input waits for the model to load: not counted
+            await warm.context.close()
+            out = []
+            for i, n in enumerate(counts):
+                out.append(await _measure(browser, base, server, n, seconds, stats, first=100 * i))
+            return out
         finally:
             await browser.close()
-    together = [x for s in sessions for x in s.latencies]
-    return {
-        "sessions": n_sessions, "seconds": round(wall, 1),
-        "requests": sum(s.sent for s in sessions), "answered": sum(s.answered for s in sessions),
-        "per_session_answered": [s.answered for s in sessions],
-        "failures": [f for s in sessions for f in s.failures][:20],
-        "alone": _quantiles(alone), "together": _quantiles(together),
-        "rss_mb_1_session": round(rss_one, 1), f"rss_mb_{n_sessions}_sessions": round(rss_n, 1),
-        "rss_growth_mb_per_extra_session": round((rss_n - rss_one) / max(n_sessions - 1, 1), 2),
-        "cpus": os.cpu_count(),
-    }
 
 
-def bench(run_dir: Path, n_sessions: int = 10, seconds: float = 60, alone_seconds: float = 12,
-          out: Path | None = RESULTS) -> dict:
-    """Serve `run_dir`, run the sessions, write the results to `out` (JSON) and return them."""
-    with serve(Path(run_dir)) as (base, server):
-        result = asyncio.run(_bench(base, server, n_sessions, seconds, alone_seconds))
-    result["run"] = Path(run_dir).name
+def bench(run_dir: Path, counts=(1, 5, 10), seconds: float = 60, out: Path | None = RESULTS,
+          app_root: Path = ROOT, server_cpus: set[int] | None = None, client_cpus: set[int] | None = None) -> dict:
+    """Serve `run_dir` from `app_root`, run each session count for `seconds`, write the results to
+    `out` (JSON) and return them."""
+    stats = Path(tempfile.mkdtemp(prefix="vqlc_stats_")) / "serve.jsonl"
+    with serve(Path(run_dir), cpus=server_cpus, env={"VQLC_SERVE_STATS": str(stats)}, app_root=app_root) as (base, server):
+        runs = asyncio.run(_bench(base, server, list(counts), seconds, stats, client_cpus))
+    result = {"run": Path(run_dir).name, "app_root": str(app_root), "cpus": os.cpu_count(),
+              "server_cpus": sorted(server_cpus or []), "client_cpus": sorted(client_cpus or []), "by_sessions": runs}
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=2) + "\n")
     return result
 
 
+def _cpus(text: str | None) -> set[int] | None:
+    return {int(c) for c in text.split(",")} if text else None
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--run-dir", type=Path, default=ROOT / "cache" / "runs" / "apptest")
-    ap.add_argument("--sessions", type=int, default=10)
-    ap.add_argument("--seconds", type=float, default=60)
-    ap.add_argument("--alone-seconds", type=float, default=12)
+    ap.add_argument("--run-dir", type=Path, default=ROOT / "cache" / "runs" / "default", help="the run to serve")
+    ap.add_argument("--sessions", type=int, nargs="+", default=[1, 5, 10], help="session counts, one measurement each")
+    ap.add_argument("--seconds", type=float, default=60, help="how long the sessions type, per count")
+    ap.add_argument("--app-root", type=Path, default=ROOT, help="the checkout to serve (default: this one)")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="where the JSON results go")
+    n = os.cpu_count() or 1
+    ap.add_argument("--server-cpus", default="0" if n > 1 else None, help="comma-separated cores for the server")
+    ap.add_argument("--client-cpus", default=",".join(map(str, range(1, n))) if n > 1 else None,
+                    help="comma-separated cores for the browser")
     args = ap.parse_args()
-    print(json.dumps(bench(args.run_dir, args.sessions, args.seconds, args.alone_seconds), indent=2))
+    r = bench(args.run_dir, args.sessions, args.seconds, args.out, args.app_root, _cpus(args.server_cpus),
+              _cpus(args.client_cpus))
+    print(json.dumps(r, indent=2))

@@ -269,21 +269,46 @@ class Explainer:
         return n > self.backbone.max_length
 
     def _pass(self, text: str) -> _Pass:
+        return self._passes([text])[0]
+
+    def _passes(self, texts: list[str]) -> list[_Pass]:
+        """One pass per text: cached ones reused, the others from one padded forward, each cut
+        to its own tokens (the batch is right-padded), so a text's pass is the same whether it
+        came alone or with others (up to float rounding)."""
         from .inputs import check_input
 
-        text = check_input(text, self.backbone)  # one sentence for what cannot be explained
-        hit = self._cache.get(text)
-        if hit is not None:
-            self._cache.move_to_end(text)
-            return hit
-        enc, words = self.backbone.tokenize([text])
-        enc = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
-        states, proba = self.forward(enc)
-        p = _Pass(enc, words[0], states, proba[0], self.is_truncated(text))
-        self._cache[text] = p
-        if len(self._cache) > self.cache_size:
+        texts = [check_input(t, self.backbone) for t in texts]  # one sentence for what cannot be explained
+        got = {t: self._cache[t] for t in texts if t in self._cache}
+        todo = [t for t in dict.fromkeys(texts) if t not in got]
+        if todo:
+            enc, words = self.backbone.tokenize(todo)
+            states, proba = self.forward({"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]})
+            for i, t in enumerate(todo):
+                n = int(enc["attention_mask"][i].sum())
+                one = {"input_ids": enc["input_ids"][i : i + 1, :n], "attention_mask": enc["attention_mask"][i : i + 1, :n]}
+                got[t] = _Pass(one, words[i], states[i : i + 1, :n], proba[i], self.is_truncated(t))
+        for t in texts:
+            self._cache[t] = got[t]
+            self._cache.move_to_end(t)
+        while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
-        return p
+        return [got[t] for t in texts]
+
+    def _stack(self, passes: list[_Pass], states: list[torch.Tensor] | None = None):
+        """The passes as one right-padded batch: (enc, states (B, T, d)); `states` replaces
+        the passes' own (e.g. with concepts projected out)."""
+        states = [p.states for p in passes] if states is None else states
+        if len(passes) == 1:
+            return passes[0].enc, states[0]
+        pad = self.backbone.tokenizer.pad_token_id or 0
+        T, d = max(s.shape[1] for s in states), states[0].shape[-1]
+        ids = torch.full((len(passes), T), pad, dtype=passes[0].enc["input_ids"].dtype)
+        mask = torch.zeros((len(passes), T), dtype=passes[0].enc["attention_mask"].dtype)
+        out = torch.zeros((len(passes), T, d), dtype=states[0].dtype)
+        for i, (p, s) in enumerate(zip(passes, states)):
+            n = s.shape[1]
+            ids[i, :n], mask[i, :n], out[i, :n] = p.enc["input_ids"][0], p.enc["attention_mask"][0], s[0]
+        return {"input_ids": ids, "attention_mask": mask}, out
 
     def _method(self, name: str):
         if name not in self.methods:
@@ -295,26 +320,44 @@ class Explainer:
         """The prediction, every word's concept, the prediction representation's top concepts
         and the salient words with their concepts, for each method. Thread-safe: the hooks it
         places act on the shared model, so passes are serialised by the backbone's lock."""
+        return self.explain_many([text])[0]
+
+    def explain_many(self, texts: list[str]) -> list[Explanation]:
+        """`explain` for several texts at once: one padded forward, one batched Integrated
+        Gradients pass and one concept assignment per method for them all (the server batches
+        the requests of sessions that arrive together, `serving.ExplainService`)."""
         with self.backbone.lock:
-            return self._explain(text)
+            return self._explain_many(list(texts))
 
-    def _explain(self, text: str) -> Explanation:
-        p = self._pass(text)
-        pred = int(np.argmax(p.proba))
-        names = self.classifier.class_names
-        h = p.states[0]  # (T, d)
-        word_vecs = self.word_vectors(h, p.words)
-        pooled = self.backbone.pool(p.states, p.enc["attention_mask"]).numpy()  # (1, d)
+    def _explain_many(self, texts: list[str]) -> list[Explanation]:
+        ps = self._passes(texts)
+        preds = [int(np.argmax(p.proba)) for p in ps]
+        enc, states = self._stack(ps)
+        pooled = self.backbone.pool(states, enc["attention_mask"]).numpy()  # (B, d)
 
-        scores, salient, completeness = np.zeros(0), [], None
-        if p.words:
-            (scores,), (salient,), attr = self.salient(p.enc, p.states, [pred], [p.words])
-            completeness = float(attr.completeness_error[0])
+        scores, salient, completeness = [np.zeros(0)] * len(ps), [[] for _ in ps], [None] * len(ps)
+        worded = [i for i, p in enumerate(ps) if p.words]
+        if worded:
+            sub_enc, sub_states = self._stack([ps[i] for i in worded])
+            sc, sal, attr = self.salient(sub_enc, sub_states, [preds[i] for i in worded], [ps[i].words for i in worded])
+            for j, i in enumerate(worded):
+                scores[i], salient[i], completeness[i] = sc[j], sal[j], float(attr.completeness_error[j])
 
-        methods, salient_concepts = {}, {i: {} for i in salient}
+        vecs = [self.word_vectors(p.states[0], p.words) for p in ps if p.words]
+        bounds = np.cumsum([0] + [len(p.words) for p in ps])
+        per_method = {}
         for name, (method, concepts) in self.methods.items():
-            ids = [int(k) for k in method.predict(word_vecs)] if p.words else []
-            proba = concept_proba(method, pooled)[0]
+            ids = [int(k) for k in method.predict(np.concatenate(vecs))] if vecs else []
+            per_method[name] = (concepts, ids, concept_proba(method, pooled))
+        return [self._explanation(texts[b], ps[b], preds[b], scores[b], salient[b], completeness[b],
+                                  {n: (cs, ids[bounds[b] : bounds[b + 1]], proba[b]) for n, (cs, ids, proba) in
+                                   per_method.items()}) for b in range(len(ps))]
+
+    def _explanation(self, text: str, p: _Pass, pred: int, scores, salient, completeness, per_method) -> Explanation:
+        """One text's Explanation from its pass, attributions and per-method concepts."""
+        names = self.classifier.class_names
+        methods, salient_concepts = {}, {i: {} for i in salient}
+        for name, (concepts, ids, proba) in per_method.items():
             top = np.argsort(-proba, kind="stable")[:TOP_CONCEPTS]
             methods[name] = {
                 "word_concepts": ids,
@@ -343,10 +386,25 @@ class Explainer:
         train mean unless `centred` is False, see `ConceptSet.directions`) out of layer l and run
         the rest of the model. delta = new minus old probability of the originally predicted
         class (negative: the concepts supported the prediction)."""
-        with self.backbone.lock:
-            return self._ablate_concepts(text, method, concept_ids, centred)
+        return self.ablate_many([(text, method, concept_ids, centred)])[0]
 
-    def _ablate_concepts(self, text: str, method: str, concept_ids, centred: bool = True) -> dict:
+    def ablate_many(self, requests: list[tuple]) -> list[dict]:
+        """`ablate_concepts` for several (text, method, concept_ids[, centred]) at once: every
+        text's own concepts projected out, then one forward from layer l for them all."""
+        with self.backbone.lock:
+            bases = [self._basis(*r[1:]) for r in requests]
+            ps = self._passes([r[0] for r in requests])
+            enc, states = self._stack(ps, [project_out(p.states, b) for p, b in zip(ps, bases)])
+            probas = self.proba_from_states(enc, states)
+        names, out = self.classifier.class_names, []
+        for p, proba in zip(ps, probas):
+            pred, new = int(np.argmax(p.proba)), int(np.argmax(proba))
+            out.append({"proba": {c: float(v) for c, v in zip(names, proba)}, "prediction": names[new],
+                        "confidence": float(proba[new]), "delta": float(proba[pred] - p.proba[pred])})
+        return out
+
+    def _basis(self, method: str, concept_ids, centred: bool = True) -> torch.Tensor:
+        """Orthonormal basis (m, d) of the concepts' directions; a clear error for bad ids."""
         _, concepts = self._method(method)
         try:
             ids = [int(k) for k in np.atleast_1d(np.asarray(concept_ids, dtype=np.int64))]
@@ -355,11 +413,4 @@ class Explainer:
         bad = [k for k in ids if not 0 <= k < concepts.n_concepts]
         if bad:
             raise ValueError(f"Concept ids {bad} are outside {method}'s concepts 0..{concepts.n_concepts - 1}.")
-        p = self._pass(text)
-        pred = int(np.argmax(p.proba))
-        basis = orthonormal_basis(concepts.directions(ids, centred)) if ids else torch.zeros(0, p.states.shape[-1])
-        proba = self.proba_from_states(p.enc, project_out(p.states, basis))[0]
-        new = int(np.argmax(proba))
-        return {"proba": {c: float(v) for c, v in zip(self.classifier.class_names, proba)},
-                "prediction": self.classifier.class_names[new], "confidence": float(proba[new]),
-                "delta": float(proba[pred] - p.proba[pred])}
+        return orthonormal_basis(concepts.directions(ids, centred)) if ids else torch.zeros(0, concepts.vectors.shape[1])

@@ -87,17 +87,54 @@ def evaluation(run_dir: str, _stamp: int):
     return run.faithfulness(), run.measures()
 
 
+@st.cache_resource(show_spinner="Loading the model and the concept methods...", max_entries=2)
+def service(run_dir: str, _stamp: int):
+    """The run's explainer behind the server's one queue: the requests of every session are
+    served first come, first served, those that arrive together in one batch."""
+    from vqlc_core.serving import ExplainService
+
+    return ExplainService(explainer(run_dir, _stamp))
+
+
+def session_alive() -> bool:
+    """Whether the session running this script is still connected (and not told to stop)."""
+    from streamlit.runtime import Runtime
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    if ctx is None or not Runtime.exists():
+        return True  # not under a server (tests, bare mode): nobody can leave
+    requests = getattr(ctx, "script_requests", None)
+    stopping = getattr(getattr(requests, "_state", None), "name", "") == "STOP"
+    return Runtime.instance().is_active_session(ctx.session_id) and not stopping
+
+
 @st.cache_data(show_spinner=False, max_entries=256)
 def explain(run_dir: str, _stamp: int, text: str) -> dict:
     from vqlc_core.browse import precomputed_explanation
 
     # The example the pages open with was explained by the build: a first visit needs no model.
-    return precomputed_explanation(run_dir, text) or explainer(run_dir, _stamp).explain(text).to_dict()
+    return precomputed_explanation(run_dir, text) or service(run_dir, _stamp).explain(text, alive=session_alive)
 
 
 @st.cache_data(show_spinner=False, max_entries=2048)
 def ablate(run_dir: str, _stamp: int, text: str, method: str, ids: tuple[int, ...]) -> dict:
-    return explainer(run_dir, _stamp).ablate_concepts(text, method, list(ids))
+    return service(run_dir, _stamp).ablate(text, method, ids, alive=session_alive)
+
+
+@st.cache_data(show_spinner=False, max_entries=4096)
+def thumbnail(path: str, _mtime_ns: int, width: int) -> bytes:
+    """The PNG at `path` scaled to `width` pixels, drawn once: Streamlit would otherwise decode
+    and scale the full cloud on every rerun of every session."""
+    import io
+
+    from PIL import Image
+
+    with Image.open(path) as im:
+        small = im.resize((width, max(1, round(im.height * width / im.width))), Image.BILINEAR)
+        out = io.BytesIO()
+        small.save(out, format="PNG")
+    return out.getvalue()
 
 
 def cloud(run: Run, method: str, k: int) -> Path | None:

@@ -16,7 +16,7 @@ from vqlc_core.run import Run
 from . import share
 from vqlc_core.features import activation_html
 
-from .loaders import ablate, cloud, concepts, feature_contexts, stamp, texts, tokens, top_activations
+from .loaders import ablate, cloud, concepts, feature_contexts, stamp, texts, thumbnail, tokens, top_activations
 from .widgets import guard, text_key
 
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|~<>$&])")
@@ -35,7 +35,8 @@ def concept_picture(run: Run, method: str, k: int, width: int | str = "stretch")
     """Concept k's word cloud, or its top words as text where no cloud can be drawn."""
     path = cloud(run, method, k)
     if path is not None:
-        st.image(str(path), width=width)
+        st.image(thumbnail(str(path), path.stat().st_mtime_ns, width) if isinstance(width, int) else str(path),
+                 width=width)
         return
     words = [w for w, _ in concepts(str(run.dir), stamp(run), method).top_words(k, 15)]
     st.caption(plain(", ".join(words)) if words else "No words: its members are prediction rows.")
