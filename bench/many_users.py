@@ -1,7 +1,8 @@
 """Many users on one dashboard: N browser sessions type inputs into the Explain page of one
 `streamlit run app.py` server at once, each waiting for its input's prediction before typing the
 next, for N = 1, 5 and 10. Per N: every request answered or not, latency p50/p95, answers per
-session (busiest over least served), the server's CPU time per answer and resident memory, and,
+session (busiest over least served), the server's and the browser's CPU time per answer, the
+server's resident memory, and,
 from the server's own record (`$VQLC_SERVE_STATS`), each answer's queue wait and compute time.
 
     .venv/bin/python bench/many_users.py --run-dir cache/runs/default   # writes bench/results/many_users.json
@@ -99,7 +100,14 @@ def _rss_mb(proc) -> float:
 
 
 def _cpu_s(proc) -> float:
-    return sum(sum(q.cpu_times()[:2]) for q in _tree(proc))
+    """User + system CPU seconds of a process and all its children (the browser's: the bench's)."""
+    total = 0.0
+    for q in _tree(proc):
+        try:
+            total += sum(q.cpu_times()[:2])
+        except psutil.NoSuchProcess:  # a renderer that closed meanwhile
+            pass
+    return total
 
 
 def _server_stats(path: Path, offset: int) -> dict:
@@ -121,10 +129,11 @@ async def _measure(browser, base: str, server, n: int, seconds: float, stats: Pa
     for s in sessions:
         s.latencies.clear()
         s.sent = s.answered = 0
-    offset, cpu0 = stats.stat().st_size if stats.exists() else 0, _cpu_s(server)
+    me = psutil.Process()
+    offset, cpu0, client0 = stats.stat().st_size if stats.exists() else 0, _cpu_s(server), _cpu_s(me)
     t0 = time.monotonic()
     await asyncio.gather(*(s.type_until(t0 + seconds) for s in sessions))
-    wall, cpu = time.monotonic() - t0, _cpu_s(server) - cpu0
+    wall, cpu, client = time.monotonic() - t0, _cpu_s(server) - cpu0, _cpu_s(me) - client0
     rss = _rss_mb(server)
     for s in sessions:
         await s.context.close()
@@ -133,7 +142,8 @@ async def _measure(browser, base: str, server, n: int, seconds: float, stats: Pa
     return {"sessions": n, "seconds": round(wall, 1), "requests": sum(s.sent for s in sessions), "answered": answered,
             "per_session_answered": per, "busiest_over_least": round(max(per) / max(min(per), 1), 2),
             "latency": _quantiles([x for s in sessions for x in s.latencies]),
-            "server_cpu_s_per_answer": round(cpu / max(answered, 1), 3), "server_rss_mb": round(rss, 1),
+            "server_cpu_s_per_answer": round(cpu / max(answered, 1), 3),
+            "client_cpu_s_per_answer": round(client / max(answered, 1), 3), "server_rss_mb": round(rss, 1),
             **_server_stats(stats, offset), "failures": [f for s in sessions for f in s.failures][:20]}
 
 

@@ -206,6 +206,16 @@ def test_building_with_a_bad_config_is_one_sentence(run_copy, kw, phrase):
     one_sentence(str(e.value))
 
 
+def test_a_refused_rebuild_invalidates_nothing(run_copy):
+    from vqlc_core.pipeline import build
+    from vqlc_core.run import Run
+
+    before = json.loads((run_copy.dir / "manifest.json").read_text())["stages"]
+    with pytest.raises(RunError, match="has stage 'vqlc' built with --beta 0.25, not 0.5; pass --rebuild vqlc"):
+        build(_cfg(run_copy, vqlc_beta=0.5), rebuild="maps")
+    assert Run(run_copy.dir).manifest.data["stages"] == before and Run(run_copy.dir).is_built()
+
+
 # --- the command line --------------------------------------------------------------------------
 
 def run_cli(*args):
@@ -399,3 +409,21 @@ def test_the_explain_page_answers_any_text(cache_env, case):
     assert next(m for m in at.metric if m.label == "Prediction").value in cache_env.class_names
     assert any("longer than the model's maximum length" in w for w in warnings) == (case == "100,000 characters")
     assert not any("<script" in m.value or "<img" in m.value for m in [*at.markdown, *at.caption])
+
+
+@pytest.mark.slow
+def test_rebuilding_a_stage_from_the_command_line_keeps_the_runs_own_settings(apptest_run, tmp_path):
+    cache = tmp_path / "cache"
+    copy = sealed_copy(apptest_run.dir, cache)  # built with --limit 300 --n-concepts 20, not the preset's
+    for sub in ("downloads", "datasets", "models"):
+        (cache / sub).symlink_to(CACHE / sub, target_is_directory=True)
+    stamp = (copy.dir / "methods" / "vqlc" / "map.parquet").stat().st_mtime_ns
+    r = run_cli("build", "--run", "copy", "--cache-dir", str(cache), "--rebuild", "maps")
+    assert r.returncode == 0, r.stderr
+    assert (copy.dir / "methods" / "vqlc" / "map.parquet").stat().st_mtime_ns != stamp  # drawn again
+    from vqlc_core.run import Run
+
+    again = Run(copy.dir)
+    assert again.is_built() and again.cfg.flat()["n_concepts"] == 20 and again.cfg.flat()["limit"] == 300
+    r = run_cli("build", "--run", "copy", "--cache-dir", str(cache), "--rebuild", "maps", "--n-concepts", "7")
+    assert r.returncode == 2 and "built with --n-concepts 20, not 7; pass --rebuild" in r.stderr, r.stderr

@@ -67,10 +67,10 @@ def _add_field(group, f, dest: str) -> None:
 
 def _add_config(p: argparse.ArgumentParser, sections: tuple[str, ...]) -> None:
     g = p.add_argument_group("what to build")
-    g.add_argument("--preset", default="default", choices=sorted(PRESETS),
+    g.add_argument("--preset", default=None, choices=sorted(PRESETS),
                    help="starting configuration: default = MiniLM on MR sentence polarity; decoder = SmolLM2-135M "
-                        "on MR; decoder-bbc = SmolLM2-135M on BBC News (default: %(default)s); the options below "
-                        "override it")
+                        "on MR; decoder-bbc = SmolLM2-135M on BBC News (default: default; with --rebuild on a run "
+                        "that exists, the run's own settings); the options below override it")
     for f in fields(BuildConfig):
         if f.name not in SECTIONS:
             _add_field(g, f, f.name)
@@ -123,12 +123,18 @@ def parser() -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> BuildConfig:
     """The preset with the options given on the command line; cache_dir from $VQLC_CACHE_DIR
     when not given."""
-    from .run import cache_dir_default
+    from .run import Run, cache_dir_default
 
     skip = {"command", "preset", "force", "rebuild", "verbose"}
     overrides = {k: v for k, v in vars(args).items() if k not in skip}
-    overrides.setdefault("cache_dir", cache_dir_default())
-    return preset(args.preset, **overrides)
+    if overrides.get("cache_dir") is None:
+        overrides["cache_dir"] = cache_dir_default()
+    cfg = preset(args.preset or "default", **overrides)
+    if args.preset is None and getattr(args, "rebuild", None) and (cfg.run_dir / "manifest.json").exists():
+        # rebuilding a stage of a run: its own settings, but for the options given now
+        own = Run(cfg.run_dir).rebuild_config()
+        return own.replace(**{k: v for k, v in overrides.items() if v is not None and k not in ("run", "cache_dir")})
+    return cfg
 
 
 def _run_command(sub, name: str, help: str) -> argparse.ArgumentParser:
