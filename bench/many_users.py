@@ -5,13 +5,16 @@ session (busiest over least served), the server's and the browser's CPU time per
 server's resident memory, and,
 from the server's own record (`$VQLC_SERVE_STATS`), each answer's queue wait and compute time.
 
-    .venv/bin/python bench/many_users.py --run-dir cache/runs/default   # writes bench/results/many_users.json
-    .venv/bin/python bench/many_users.py --app-root /tmp/old --out bench/results/many_users_before.json
+    .venv/bin/python bench/many_users.py --client ws --out bench/results/many_users_ws.json
+    .venv/bin/python bench/many_users.py --client ws --app-root /tmp/old --out bench/results/many_users_ws_before.json
+    .venv/bin/python bench/many_users.py               # chromium pages: bench/results/many_users.json
 
 The server and the browser run on different cores (`--server-cpus`, `--client-cpus`; by
 default the first core serves and the others browse), so the clients do not eat the server's
-CPU. One chromium (Debian's, through playwright) with one context per session, driven by
-asyncio. Every input is new (a numbered word in it), so no cached explanation answers it.
+CPU. `--client browser` drives one chromium (Debian's, through playwright) with one context per
+session; `--client ws` sessions speak Streamlit's websocket protocol and draw nothing, so what
+is measured is the server (on 2 cores one core of chromium cannot draw ten sessions' pages fast
+enough). Every input is new (a numbered word in it), so no cached explanation answers it.
 `--app-root` serves another checkout (e.g. an older commit) to measure before and after.
 """
 
@@ -21,6 +24,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -81,6 +85,90 @@ class Session:
             await self.ask(i)
             i += 1
 
+    async def close(self) -> None:
+        await self.context.close()
+
+
+class WsSession:
+    """One session that speaks Streamlit's own protocol (protobuf over the websocket, as the
+    browser does) and renders nothing: it sends the Explain page's text box value and waits for
+    the run that shows its prediction. Its cost on the client side is a few milliseconds an
+    answer, so it measures the server alone."""
+
+    def __init__(self, base: str, sid: int):
+        self.url, self.sid = base.replace("http://", "ws://") + "/_stcore/stream", sid
+        self.latencies: list[float] = []
+        self.sent = self.answered = 0
+        self.failures: list[str] = []
+        self.page_hash, self.box = "", None
+
+    async def _run(self, widgets=None) -> list[str]:
+        """Rerun the Explain page (with the given widget states); the texts it drew, tags removed."""
+        from streamlit.proto.BackMsg_pb2 import BackMsg
+        from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+        msg = BackMsg()
+        msg.rerun_script.page_name, msg.rerun_script.page_script_hash = "explain", self.page_hash
+        if widgets is not None:
+            msg.rerun_script.widget_states.CopyFrom(widgets)
+        await self.ws.send(msg.SerializeToString())
+        texts = []
+        while True:
+            fwd = ForwardMsg()
+            fwd.ParseFromString(await asyncio.wait_for(self.ws.recv(), ANSWER_TIMEOUT_MS / 1000))
+            kind = fwd.WhichOneof("type")
+            if kind == "navigation":
+                self.page_hash = fwd.navigation.page_script_hash
+            elif kind == "delta" and fwd.delta.WhichOneof("type") == "new_element":
+                el = fwd.delta.new_element
+                what = el.WhichOneof("type")
+                if what == "text_area":
+                    self.box = el.text_area.id
+                elif what == "markdown":
+                    texts.append(re.sub(r"<[^>]+>", "", el.markdown.body))
+                elif what == "metric":
+                    texts.append(f"{el.metric.label}: {el.metric.body}")
+            elif kind == "script_finished":
+                return texts
+
+    async def open(self) -> None:
+        import websockets
+
+        self.ws = await websockets.connect(self.url, subprotocols=["streamlit"], max_size=None)
+        await self._run()
+        if self.box is None:
+            raise RuntimeError("the Explain page drew no text box")
+
+    async def ask(self, i: int) -> None:
+        from streamlit.proto.WidgetStates_pb2 import WidgetStates
+
+        marker = f"take{self.sid}x{i}"
+        widgets = WidgetStates()
+        box = widgets.widgets.add()
+        box.id = self.box
+        box.string_value = f"the {WORDS[i % len(WORDS)]} {marker} of this film is {WORDS[(i + self.sid) % len(WORDS)]}"
+        self.sent += 1
+        t0 = time.perf_counter()
+        try:
+            texts = await self._run(widgets)
+        except (asyncio.TimeoutError, OSError) as e:
+            self.failures.append(f"session {self.sid} input {i}: {type(e).__name__}")
+            return
+        if not (any(marker in t for t in texts) and any(t.startswith("Prediction: ") for t in texts)):
+            self.failures.append(f"session {self.sid} input {i}: its prediction was not shown")
+            return
+        self.latencies.append(time.perf_counter() - t0)
+        self.answered += 1
+
+    async def type_until(self, deadline: float) -> None:
+        i = 0
+        while time.monotonic() < deadline:
+            await self.ask(i)
+            i += 1
+
+    async def close(self) -> None:
+        await self.ws.close()
+
 
 def _quantiles(xs: list[float]) -> dict:
     if not xs:
@@ -123,8 +211,8 @@ def _server_stats(path: Path, offset: int) -> dict:
             "mean_batch": round(float(np.mean([r["batch"] for r in rows])), 2), "recorded": len(rows)}
 
 
-async def _measure(browser, base: str, server, n: int, seconds: float, stats: Path, first: int) -> dict:
-    sessions = [Session(browser, base, first + s) for s in range(n)]
+async def _measure(make, server, n: int, seconds: float, stats: Path, first: int) -> dict:
+    sessions = [make(first + s) for s in range(n)]
     await asyncio.gather(*(s.open() for s in sessions))
     for s in sessions:
         s.latencies.clear()
@@ -133,10 +221,11 @@ async def _measure(browser, base: str, server, n: int, seconds: float, stats: Pa
     offset, cpu0, client0 = stats.stat().st_size if stats.exists() else 0, _cpu_s(server), _cpu_s(me)
     t0 = time.monotonic()
     await asyncio.gather(*(s.type_until(t0 + seconds) for s in sessions))
-    wall, cpu, client = time.monotonic() - t0, _cpu_s(server) - cpu0, _cpu_s(me) - client0
+    wall, cpu = time.monotonic() - t0, _cpu_s(server) - cpu0
+    client = _cpu_s(me) - client0 - cpu  # the server is a child of this process too
     rss = _rss_mb(server)
     for s in sessions:
-        await s.context.close()
+        await s.close()
     per = [s.answered for s in sessions]
     answered = sum(per)
     return {"sessions": n, "seconds": round(wall, 1), "requests": sum(s.sent for s in sessions), "answered": answered,
@@ -147,44 +236,46 @@ async def _measure(browser, base: str, server, n: int, seconds: float, stats: Pa
             **_server_stats(stats, offset), "failures": [f for s in sessions for f in s.failures][:20]}
 
 
-async def _bench(base: str, server, counts: list[int], seconds: float, stats: Path, client_cpus) -> list[dict]:
-    from playwright.async_api import async_playwright
-
+async def _bench(base: str, server, counts: list[int], seconds: float, stats: Path, client_cpus,
+                 client: str) -> list[dict]:
     before = os.sched_getaffinity(0)
     if client_cpus:
         os.sched_setaffinity(0, client_cpus)  # the browser started below inherits it
     try:
-        return await _sessions(base, server, counts, seconds, stats)
+        if client == "ws":
+            return await _sessions(lambda sid: WsSession(base, sid), server, counts, seconds, stats)
+        from playwright.async_api import async_playwright
+
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
+            try:
+                return await _sessions(lambda sid: Session(browser, base, sid), server, counts, seconds, stats)
+            finally:
+                await browser.close()
     finally:
         os.sched_setaffinity(0, before)
 
 
-async def _sessions(base: str, server, counts: list[int], seconds: float, stats: Path) -> list[dict]:
-    from playwright.async_api import async_playwright
-
-    async with async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
-        try:
-            warm = Session(browser, base, 999)
-            await warm.open()
-            await warm.ask(10_000)  # the first input waits for the model to load: not counted
-            await warm.context.close()
-            out = []
-            for i, n in enumerate(counts):
-                out.append(await _measure(browser, base, server, n, seconds, stats, first=100 * i))
-            return out
-        finally:
-            await browser.close()
+async def _sessions(make, server, counts: list[int], seconds: float, stats: Path) -> list[dict]:
+    warm = make(999)
+    await warm.open()
+    await warm.ask(10_000)  # the first input waits for the model to load: not counted
+    await warm.close()
+    return [await _measure(make, server, n, seconds, stats, first=100 * i) for i, n in enumerate(counts)]
 
 
 def bench(run_dir: Path, counts=(1, 5, 10), seconds: float = 60, out: Path | None = RESULTS,
-          app_root: Path = ROOT, server_cpus: set[int] | None = None, client_cpus: set[int] | None = None) -> dict:
-    """Serve `run_dir` from `app_root`, run each session count for `seconds`, write the results to
-    `out` (JSON) and return them."""
+          app_root: Path = ROOT, server_cpus: set[int] | None = None, client_cpus: set[int] | None = None,
+          client: str = "browser") -> dict:
+    """Serve `run_dir` from `app_root`, run each session count for `seconds` with `client`
+    sessions ("browser": chromium pages; "ws": the protocol alone), write the results to `out`
+    (JSON) and return them."""
+    if client not in ("browser", "ws"):
+        raise ValueError(f"Unknown client '{client}'; choose browser or ws.")
     stats = Path(tempfile.mkdtemp(prefix="vqlc_stats_")) / "serve.jsonl"
     with serve(Path(run_dir), cpus=server_cpus, env={"VQLC_SERVE_STATS": str(stats)}, app_root=app_root) as (base, server):
-        runs = asyncio.run(_bench(base, server, list(counts), seconds, stats, client_cpus))
-    result = {"run": Path(run_dir).name, "app_root": str(app_root), "cpus": os.cpu_count(),
+        runs = asyncio.run(_bench(base, server, list(counts), seconds, stats, client_cpus, client))
+    result = {"run": Path(run_dir).name, "client": client, "app_root": str(app_root), "cpus": os.cpu_count(),
               "server_cpus": sorted(server_cpus or []), "client_cpus": sorted(client_cpus or []), "by_sessions": runs}
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -203,11 +294,14 @@ if __name__ == "__main__":
     ap.add_argument("--seconds", type=float, default=60, help="how long the sessions type, per count")
     ap.add_argument("--app-root", type=Path, default=ROOT, help="the checkout to serve (default: this one)")
     ap.add_argument("--out", type=Path, default=RESULTS, help="where the JSON results go")
+    ap.add_argument("--client", choices=["browser", "ws"], default="browser",
+                    help="browser: a chromium page per session (what people see, browser included); ws: sessions "
+                         "that speak Streamlit's protocol and render nothing (the server alone)")
     n = os.cpu_count() or 1
     ap.add_argument("--server-cpus", default="0" if n > 1 else None, help="comma-separated cores for the server")
     ap.add_argument("--client-cpus", default=",".join(map(str, range(1, n))) if n > 1 else None,
                     help="comma-separated cores for the browser")
     args = ap.parse_args()
     r = bench(args.run_dir, args.sessions, args.seconds, args.out, args.app_root, _cpus(args.server_cpus),
-              _cpus(args.client_cpus))
+              _cpus(args.client_cpus), args.client)
     print(json.dumps(r, indent=2))

@@ -6,6 +6,7 @@ rebuilt run is reloaded. Models go in `st.cache_resource`, tables and results in
 
 from __future__ import annotations
 
+import gc
 import threading
 from pathlib import Path
 
@@ -42,7 +43,12 @@ def explainer(run_dir: str, _stamp: int):
     # explanations from oversubscribing the cores (on 2 cores, 2 threads barely beat 1).
     torch.set_num_threads(1)
     run = load_run(run_dir, _stamp)
-    return run.explainer({m: (run.method(m), concepts(run_dir, _stamp, m)) for m in run.methods_built()})
+    ex = run.explainer({m: (run.method(m), concepts(run_dir, _stamp, m)) for m in run.methods_built()})
+    # The model's many long-lived objects leave the collector's generations: later collections
+    # (after every script run, every session) no longer walk them.
+    gc.collect()
+    gc.freeze()
+    return ex
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
