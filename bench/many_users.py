@@ -40,14 +40,36 @@ WORDS = ["gorgeous", "dull", "witty", "tedious", "moving", "clumsy", "sharp", "b
 ANSWER_TIMEOUT_MS = 90_000
 
 
-class Session:
-    """One browser context on the Explain page, typing numbered inputs until told to stop."""
+class _Typist:
+    """A session that types numbered inputs (`ask(i)`) until told to stop, and its tallies."""
 
-    def __init__(self, browser, base: str, sid: int):
-        self.browser, self.base, self.sid = browser, base, sid
+    def __init__(self, sid: int):
+        self.sid = sid
         self.latencies: list[float] = []
         self.sent = self.answered = 0
         self.failures: list[str] = []
+
+    def text(self, i: int) -> tuple[str, str]:
+        """Input i of this session and the marker that shows its answer arrived."""
+        marker = f"take{self.sid}x{i}"
+        return f"the {WORDS[i % len(WORDS)]} {marker} of this film is {WORDS[(i + self.sid) % len(WORDS)]}", marker
+
+    async def ask(self, i: int) -> None:
+        raise NotImplementedError
+
+    async def type_until(self, deadline: float) -> None:
+        i = 0
+        while time.monotonic() < deadline:
+            await self.ask(i)
+            i += 1
+
+
+class Session(_Typist):
+    """One browser context on the Explain page."""
+
+    def __init__(self, browser, base: str, sid: int):
+        super().__init__(sid)
+        self.browser, self.base = browser, base
 
     async def open(self) -> None:
         from playwright.async_api import expect
@@ -60,8 +82,7 @@ class Session:
     async def ask(self, i: int) -> None:
         from playwright.async_api import expect
 
-        marker = f"take{self.sid}x{i}"
-        text = f"the {WORDS[i % len(WORDS)]} {marker} of this film is {WORDS[(i + self.sid) % len(WORDS)]}"
+        text, marker = self.text(i)
         box = self.page.locator('[data-testid="stTextArea"] textarea')
         sentence = self.page.locator('[data-testid="stMarkdownContainer"]:has(> p > span[title])')
         await box.fill(text)
@@ -79,27 +100,19 @@ class Session:
         self.latencies.append(time.perf_counter() - t0)
         self.answered += 1
 
-    async def type_until(self, deadline: float) -> None:
-        i = 0
-        while time.monotonic() < deadline:
-            await self.ask(i)
-            i += 1
-
     async def close(self) -> None:
         await self.context.close()
 
 
-class WsSession:
+class WsSession(_Typist):
     """One session that speaks Streamlit's own protocol (protobuf over the websocket, as the
     browser does) and renders nothing: it sends the Explain page's text box value and waits for
     the run that shows its prediction. Its cost on the client side is a few milliseconds an
     answer, so it measures the server alone."""
 
     def __init__(self, base: str, sid: int):
-        self.url, self.sid = base.replace("http://", "ws://") + "/_stcore/stream", sid
-        self.latencies: list[float] = []
-        self.sent = self.answered = 0
-        self.failures: list[str] = []
+        super().__init__(sid)
+        self.url = base.replace("http://", "ws://") + "/_stcore/stream"
         self.page_hash, self.box = "", None
 
     async def _run(self, widgets=None) -> list[str]:
@@ -142,11 +155,10 @@ class WsSession:
     async def ask(self, i: int) -> None:
         from streamlit.proto.WidgetStates_pb2 import WidgetStates
 
-        marker = f"take{self.sid}x{i}"
         widgets = WidgetStates()
         box = widgets.widgets.add()
         box.id = self.box
-        box.string_value = f"the {WORDS[i % len(WORDS)]} {marker} of this film is {WORDS[(i + self.sid) % len(WORDS)]}"
+        box.string_value, marker = self.text(i)
         self.sent += 1
         t0 = time.perf_counter()
         try:
@@ -159,12 +171,6 @@ class WsSession:
             return
         self.latencies.append(time.perf_counter() - t0)
         self.answered += 1
-
-    async def type_until(self, deadline: float) -> None:
-        i = 0
-        while time.monotonic() < deadline:
-            await self.ask(i)
-            i += 1
 
     async def close(self) -> None:
         await self.ws.close()
