@@ -1,4 +1,4 @@
-"""Command line: `vqlc {extract,train,build,report,export-html,sae-compare,runs}` (also
+"""Command line: `vqlc {extract,train,build,report,export-html,sae-compare,judge,label,runs}` (also
 `python -m vqlc_core ...`, and under `torchrun ... -m vqlc_core extract|train`; see the README,
 "Running on several machines").
 
@@ -114,6 +114,7 @@ def parser() -> argparse.ArgumentParser:
     _run_command(sub, "sae-compare", "compare a run's SAE features with its concepts (L0, dead features, share of "
                  "test sentences each fires on, dev R², a bag-of-features probe); writes eval/sae_compare.json and "
                  "prints the table as markdown")
+    _add_llm_commands(sub)
     p = sub.add_parser("runs", help="list the runs and the state of their stages")
     p.add_argument("--cache-dir", type=Path, default=None, help="where runs live (default: $VQLC_CACHE_DIR or cache)")
     p.add_argument("-v", "--verbose", action="store_true", help="log diagnostics")
@@ -144,6 +145,49 @@ def _run_command(sub, name: str, help: str) -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", type=Path, default=None, help="where runs live (default: $VQLC_CACHE_DIR or cache)")
     p.add_argument("-v", "--verbose", action="store_true", help="log diagnostics")
     return p
+
+
+JUDGE_HELP = ("an OpenAI-compatible chat endpoint as name=NAME,url=BASE_URL,model=MODEL[,key_env=VAR][,concurrency=N]"
+              "[,timeout=S][,retries=N], e.g. name=vllm,url=http://127.0.0.1:8000/v1,model=Qwen/Qwen2.5-7B-Instruct; "
+              "key_env names the environment variable holding the API key (the key is never written anywhere); "
+              "'local' (the default) starts `transformers serve` with the offline SmolLM2-135M-Instruct, a weak "
+              "judge that shows the path runs offline")
+
+
+def _add_llm_commands(sub) -> None:
+    """`judge` and `label`: LLM judges of the methods' concepts and LLM-written concept labels."""
+    p = _run_command(sub, "judge", "rate each method's concepts with one or more LLM judges on stratified dev "
+                     "sentences (1 Poor .. 3 Good); writes llm/judge.json and llm/judge_ratings.parquet, prints "
+                     "the table with each judge's parse rate and the agreement between judges")
+    p.add_argument("--judge", action="append", metavar="SPEC", default=None,
+                   help=JUDGE_HELP + "; repeat it for several judges")
+    p.add_argument("--n", type=int, default=100, help="dev sentences to judge, stratified by true/false "
+                   "positive/negative (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sample, the letters' order and the bootstrap "
+                   "(default: %(default)s)")
+    p.add_argument("--methods", nargs="+", metavar="M", default=None,
+                   help="the methods to compare (default: every built method)")
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="the longest answer a judge may give, in tokens (default: 16 + 32 per concept shown)")
+    p = _run_command(sub, "label", "name a method's concepts with an LLM (status, a name of at most four words, "
+                     "a description; kept when 2 of 3 samples agree) and score each name by detection on held-out "
+                     "contexts; writes llm/labels_<method>.json (labels edited by hand are kept)")
+    p.add_argument("--method", default=None, help="the concept method to label (default: the run's first built "
+                   "method, e.g. vqlc)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--concepts", nargs="+", type=int, metavar="K", default=None,
+                       help="label only these concept ids (default: every concept with train members)")
+    which.add_argument("--max-concepts", type=int, metavar="N", default=None,
+                       help="label only the N largest concepts")
+    p.add_argument("--judge", action="append", metavar="SPEC", default=None,
+                   help="the model that writes and scores the labels: " + JUDGE_HELP)
+    p.add_argument("--contexts", type=int, default=20, help="member contexts shown to write a label "
+                   "(default: %(default)s)")
+    p.add_argument("--held-out", type=int, default=5, help="held-out member contexts, and as many non-members, "
+                   "to score a label by detection (default: %(default)s; 0 skips scoring)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the contexts drawn (default: %(default)s)")
+    p.add_argument("--max-tokens", type=int, default=96, help="the longest label answer, in tokens "
+                   "(default: %(default)s)")
 
 
 def _list_runs(cache_dir: Path | None) -> int:
@@ -217,6 +261,18 @@ def main(argv: list[str] | None = None) -> int:
             from .sae_compare import command
 
             print(command(Run((args.cache_dir or cache_dir_default()) / "runs" / check_run_name(args.run))), end="")
+            return 0
+        if args.command in ("judge", "label"):
+            from . import judge, labels
+            from .run import Run, cache_dir_default
+            from .runio import check_run_name
+
+            run = Run((args.cache_dir or cache_dir_default()) / "runs" / check_run_name(args.run))
+            if args.command == "judge":
+                print(judge.command(run, args.judge, args.n, args.seed, args.methods, args.max_tokens), end="")
+            else:
+                print(labels.command(run, args.method, args.judge, args.concepts, args.max_concepts, args.contexts,
+                                     args.held_out, args.seed, args.max_tokens), end="")
             return 0
         from .pipeline import build
 
