@@ -81,6 +81,11 @@ def concepts_with_word(tokens: pd.DataFrame, assignments: np.ndarray, word: str)
     return out.sort_values(["count", "concept"], ascending=[False, True], ignore_index=True)
 
 
+def sentence_words(tokens: pd.DataFrame, text_id: int) -> pd.DataFrame:
+    """The word rows of one text in the token table, in word order (their index: store rows)."""
+    return tokens[(tokens["text_id"] == text_id) & (tokens["kind"] == "word")].sort_values("word_index")
+
+
 def member_contexts(texts: pd.DataFrame, tokens: pd.DataFrame, assignments: np.ndarray, k: int, n: int = 20,
                     seed: int = 0) -> pd.DataFrame:
     """Up to `n` member words of concept k (seeded sample) in their sentences: text_id,
@@ -92,7 +97,7 @@ def member_contexts(texts: pd.DataFrame, tokens: pd.DataFrame, assignments: np.n
     recs = []
     for r in rows:
         tid, wi, word = int(tokens.at[r, "text_id"]), int(tokens.at[r, "word_index"]), tokens.at[r, "word"]
-        same = tokens[(tokens["text_id"] == tid) & (tokens["kind"] == "word")].sort_values("word_index")
+        same = sentence_words(tokens, tid)
         text = text_of[tid]
         span = word_spans(text, same["word"].tolist())[wi] if wi < len(same) else None
         s, e = span if span else (-1, -1)

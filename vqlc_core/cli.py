@@ -138,6 +138,14 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
     return cfg
 
 
+def _run_dir(args: argparse.Namespace, name: str | None = None) -> Path:
+    """The folder of run `name` (default: --run) in --cache-dir (default: $VQLC_CACHE_DIR or cache)."""
+    from .run import cache_dir_default
+    from .runio import check_run_name
+
+    return (args.cache_dir or cache_dir_default()) / "runs" / check_run_name(name or args.run)
+
+
 def _run_command(sub, name: str, help: str) -> argparse.ArgumentParser:
     """A command that reads one finished run: --run, --cache-dir and -v."""
     p = sub.add_parser(name, help=help)
@@ -210,10 +218,9 @@ def _export_html(args: argparse.Namespace) -> int:
     import time
 
     from . import export_html
-    from .run import Run, cache_dir_default
-    from .runio import check_run_name
+    from .run import Run
 
-    run_dir = (args.cache_dir or cache_dir_default()) / "runs" / check_run_name(args.run)
+    run_dir = _run_dir(args)
     if not (run_dir / "manifest.json").exists():
         raise RunError(f"No run '{args.run}' under {run_dir.parent}; `vqlc runs` lists the runs there.")
     t0 = time.perf_counter()
@@ -245,29 +252,25 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "runs":
             return _list_runs(args.cache_dir)
         if args.command == "report":
-            from .run import Run, cache_dir_default
-            from .runio import check_run_name
+            from .run import Run
             from .tables import compare_table, run_tables
 
-            root = (args.cache_dir or cache_dir_default()) / "runs"
-            runs = [Run(root / check_run_name(name)) for name in [args.run, *(args.compare or [])]]
+            runs = [Run(_run_dir(args, name)) for name in [args.run, *(args.compare or [])]]
             print(compare_table(runs) if args.compare else run_tables(runs[0]), end="")
             return 0
         if args.command == "export-html":
             return _export_html(args)
         if args.command == "sae-compare":
-            from .run import Run, cache_dir_default
-            from .runio import check_run_name
+            from .run import Run
             from .sae_compare import command
 
-            print(command(Run((args.cache_dir or cache_dir_default()) / "runs" / check_run_name(args.run))), end="")
+            print(command(Run(_run_dir(args))), end="")
             return 0
         if args.command in ("judge", "label"):
             from . import judge, labels
-            from .run import Run, cache_dir_default
-            from .runio import check_run_name
+            from .run import Run
 
-            run = Run((args.cache_dir or cache_dir_default()) / "runs" / check_run_name(args.run))
+            run = Run(_run_dir(args))
             if args.command == "judge":
                 print(judge.command(run, args.judge, args.n, args.seed, args.methods, args.max_tokens), end="")
             else:

@@ -338,7 +338,7 @@ class Explainer:
         scores, salient, completeness = [np.zeros(0)] * len(ps), [[] for _ in ps], [None] * len(ps)
         worded = [i for i, p in enumerate(ps) if p.words]
         if worded:
-            sub_enc, sub_states = self._stack([ps[i] for i in worded])
+            sub_enc, sub_states = (enc, states) if len(worded) == len(ps) else self._stack([ps[i] for i in worded])
             sc, sal, attr = self.salient(sub_enc, sub_states, [preds[i] for i in worded], [ps[i].words for i in worded])
             for j, i in enumerate(worded):
                 scores[i], salient[i], completeness[i] = sc[j], sal[j], float(attr.completeness_error[j])

@@ -84,7 +84,7 @@ def feature_contexts(method, store, texts: pd.DataFrame, top: pd.DataFrame, k: i
     """Feature k's top-activating contexts, most active first: for each, its text, the word
     rows' character spans (None where a word is not found in the text), the feature's
     activation on every word of the sentence, the index of the top word and its activation."""
-    from .browse import word_spans
+    from .browse import sentence_words, word_spans
 
     tokens = store.tokens
     text_of = texts.set_index("text_id")["text"]
@@ -92,7 +92,7 @@ def feature_contexts(method, store, texts: pd.DataFrame, top: pd.DataFrame, k: i
     out = []
     for r in mine.itertuples():
         tid = int(tokens.at[int(r.row), "text_id"])
-        same = tokens[(tokens["text_id"] == tid) & (tokens["kind"] == "word")].sort_values("word_index")
+        same = sentence_words(tokens, tid)
         acts, idx = method.encode(store.read(same.index.to_numpy()))
         act = np.where(idx == k, acts, 0.0).sum(1)
         text = str(text_of[tid])

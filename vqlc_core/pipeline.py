@@ -83,7 +83,7 @@ def build(cfg: BuildConfig, stages: list[str] | None = None, on_stage: Callable 
     if run.manifest.path.exists():
         run.manifest.check_version()
         if rebuild:  # refuse before anything is invalidated: a refused build changes nothing
-            later = run.stage_order()[run.stage_order().index(rebuild):] if rebuild in run.stage_order() else []
+            later = run.stages_from(rebuild)
             check_settings(run, cfg, [n for n in names if n not in later])
         if rebuild and distributed.is_main():
             log.info("[%s] rebuilding: %s invalidated", rebuild, ", ".join(run.invalidate_from(rebuild)))

@@ -213,12 +213,16 @@ class Run:
             raise CorruptStage(f"Stage '{stage}' of run '{self.dir.name}' is corrupt ({why}); "
                                f"rerun with --rebuild {stage}.", self.dir, stage)
 
-    def invalidate_from(self, stage: str) -> list[str]:
-        """Mark `stage` and every stage after it as not built; return them."""
+    def stages_from(self, stage: str) -> list[str]:
+        """`stage` and every stage after it, in build order."""
         order = self.stage_order()
         if stage not in order:
             raise RunError(f"Unknown stage '{stage}'; choose one of {', '.join(order)}.")
-        later = order[order.index(stage):]
+        return order[order.index(stage):]
+
+    def invalidate_from(self, stage: str) -> list[str]:
+        """Mark `stage` and every stage after it as not built; return them."""
+        later = self.stages_from(stage)
         for s in later:
             self.manifest.data["stages"].pop(s, None)
         self.manifest.save()

@@ -41,8 +41,8 @@ class _Request:
 class Batcher:
     """A FIFO queue of requests and one worker thread that computes them in batches.
 
-    compute: {kind: fn(list of args tuples) -> list of results (a result may be an Exception
-        instance: that request fails, the others of its batch do not)}.
+    compute: {kind: fn(list of args tuples) -> list of results}. When a batch raises, its
+        requests are computed again one at a time, so a bad input fails alone.
     max_batch: most requests in one batch. max_wait_s: how long the worker waits for more
         requests after the first of a batch (the bounded wait of dynamic batching)."""
 
@@ -107,12 +107,18 @@ class Batcher:
             for kind in dict.fromkeys(r.kind for r in live):  # kinds in order of first arrival
                 self._run([r for r in live if r.kind == kind], kind)
 
+    def _compute(self, kind: str, batch: list[tuple]) -> list:
+        """The batch's results; when it raises, each request alone (its own result or error)."""
+        try:
+            return list(self.compute[kind](batch))
+        except Exception as e:
+            if len(batch) == 1:
+                return [e]
+            return [self._compute(kind, [args])[0] for args in batch]
+
     def _run(self, reqs: list[_Request], kind: str) -> None:
         t0, c0 = time.perf_counter(), time.thread_time()
-        try:
-            results = self.compute[kind]([r.args for r in reqs])
-        except Exception as e:  # a failure of the whole batch reaches every request of it
-            results = [e] * len(reqs)
+        results = self._compute(kind, [r.args for r in reqs])
         t1, c1 = time.perf_counter(), time.thread_time()
         self.batches.append(len(reqs))
         if self.stats_path:  # before the answers, so an answered request is always recorded
@@ -127,47 +133,16 @@ class Batcher:
                 r.future.set_result(res)
 
 
-def _each(fn: Callable[[list], list], check: Callable[[tuple], None]) -> Callable[[list[tuple]], list]:
-    """fn over a batch, after `check` of every request: a request that fails the check gets
-    its own exception and the rest are computed together."""
-
-    def run(batch: list[tuple]) -> list:
-        out: list = [None] * len(batch)
-        good = []
-        for i, args in enumerate(batch):
-            try:
-                check(args)
-                good.append(i)
-            except Exception as e:
-                out[i] = e
-        if good:
-            for i, res in zip(good, fn([batch[i] for i in good])):
-                out[i] = res
-        return out
-
-    return run
-
-
 class ExplainService:
     """An Explainer shared by every session of a server, behind one Batcher: `explain(text)`
     and `ablate(text, method, ids)` return what `Explainer.explain(text).to_dict()` and
     `Explainer.ablate_concepts` return, computed in batches with the other sessions' requests."""
 
     def __init__(self, explainer, max_batch: int = 16, max_wait_s: float = 0.005, stats_path=None):
-        from .inputs import check_input
-
         self.explainer = explainer
-
-        def check_text(args: tuple) -> None:
-            check_input(args[0], explainer.backbone)
-
-        def check_ablation(args: tuple) -> None:
-            check_text(args)
-            explainer._basis(*args[1:])
-
         self.batcher = Batcher({
-            "explain": _each(lambda b: [e.to_dict() for e in explainer.explain_many([a[0] for a in b])], check_text),
-            "ablate": _each(explainer.ablate_many, check_ablation),
+            "explain": lambda batch: [e.to_dict() for e in explainer.explain_many([args[0] for args in batch])],
+            "ablate": explainer.ablate_many,
         }, max_batch=max_batch, max_wait_s=max_wait_s, stats_path=stats_path)
 
     def explain(self, text: str, alive: Callable[[], bool] | None = None) -> dict:

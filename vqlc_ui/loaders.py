@@ -43,7 +43,8 @@ def explainer(run_dir: str, _stamp: int):
     # explanations from oversubscribing the cores (on 2 cores, 2 threads barely beat 1).
     torch.set_num_threads(1)
     run = load_run(run_dir, _stamp)
-    ex = run.explainer({m: (run.method(m), concepts(run_dir, _stamp, m)) for m in run.methods_built()})
+    ex = run.explainer({m: (method_model(run_dir, _stamp, m), concepts(run_dir, _stamp, m))
+                        for m in run.methods_built()})
     # The model's many long-lived objects leave the collector's generations: later collections
     # (after every script run, every session) no longer walk them.
     gc.collect()
