@@ -1,5 +1,7 @@
 """Codebook map: the stored 2-D map of one method's concept vectors; choosing a point opens it."""
 
+import html
+
 import plotly.express as px
 import streamlit as st
 
@@ -12,8 +14,9 @@ st.caption("One point per concept (UMAP of the concept vectors, computed at buil
            "colour = dominant class. Click a point to open the concept.")
 df = vqlc_ui.concept_map(str(run.dir), vqlc_ui.stamp(run), method).copy()
 df["marker"] = marker_size(df["size"])
+cs = vqlc_ui.concepts(str(run.dir), vqlc_ui.stamp(run), method)
 fig = px.scatter(df, x="x", y="y", size="marker", size_max=28, color="dominant_class", custom_data=["concept"],
-                 hover_name=[f"c{k}" for k in df["concept"]], height=560,
+                 hover_name=[html.escape(cs.label(int(k))) for k in df["concept"]], height=560,
                  hover_data={"top_words": True, "size": True, "purity": ":.2f", "marker": False, "x": False,
                              "y": False})
 fig.update_layout(xaxis_title=None, yaxis_title=None, legend_title_text="dominant class")

@@ -43,8 +43,8 @@ cols = st.columns(4)
 for i, k in enumerate(shown):
     row = cs.summary.loc[k]
     with cols[i % 4].container(border=True):
-        st.markdown(f"**{html.escape(cs.label(k))}**  \n{int(row['size'])} members, purity {row['purity']:.2f} "
-                    f"({html.escape(str(row['dominant_class']))})")
+        st.markdown(f"**{vqlc_ui.plain(cs.label(k))}**  \n{int(row['size'])} members, purity {row['purity']:.2f} "
+                    f"({vqlc_ui.plain(str(row['dominant_class']))})")
         if browse.is_prediction_concept(row):
             for t in browse.prediction_examples(vqlc_ui.texts(rd, sp), row, n=3):
                 st.caption(vqlc_ui.plain(t))

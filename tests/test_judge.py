@@ -349,3 +349,45 @@ def test_a_label_is_scored_by_detection_on_held_out_contexts(server, private_run
     assert (score["members"], score["non_members"]) == (1, 1)
     assert score["unparseable"] == sum(s is None for s in said)
     assert score["balanced_accuracy"] in (None, 0.0, 0.5, 1.0)
+
+
+@pytest.mark.slow
+def test_the_judges_page_shows_each_judge_its_ratings_with_reasons_and_the_labels(server, clean_judgement,
+                                                                                 apptest_run, tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    judged, res, ratings = clean_judgement
+    run = linked_copy(apptest_run.dir, tmp_path / "cache")
+    shutil.copytree(judged.dir / "llm", run.dir / "llm")
+    k = int(np.argmax(run.concept_set("vqlc").sizes))
+    labels.label_method(run, "vqlc", server, ids=[k], n_contexts=5, n_held_out=1, max_tokens=48)
+    entry = labels.load_labels(run.dir, "vqlc")[k]
+
+    monkeypatch.setenv("VQLC_CACHE_DIR", str(tmp_path / "cache"))
+    at = AppTest.from_file(str(ROOT / "pages" / "judges.py"), default_timeout=120)
+    at.session_state["run"] = "apptest"
+    at.run()
+    assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
+    j = res["judges"][server.name]
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Parse rate"] == f"{j['parse_rate']:.0%}" and metrics["Sentences rated"] == str(j["parsed"])
+    assert any("weak judge" in w.value for w in at.warning)  # the offline default says what it is
+    table = at.dataframe[0].value
+    assert len(table) == len(j["table"]) and table["mean"].tolist() == [r["mean"] for r in j["table"]]
+
+    box = at.selectbox(key="judged_sentence")
+    assert sorted(box.options) == sorted(box.format_func(t) for t in ratings["text_id"].unique())
+    for tid in ratings["text_id"].unique():
+        box.set_value(int(tid)).run()
+        shown = at.dataframe[1].value  # one judge: one table of this sentence's ratings
+        want = ratings[ratings["text_id"] == tid].sort_values("letter")
+        assert shown["letter"].tolist() == want["letter"].tolist()
+        assert shown["reason"].fillna("").tolist() == want["reason"].fillna("").tolist()
+        assert shown["rating"].dropna().tolist() == want["rating"].dropna().tolist()
+        unparsed = any("could not be parsed" in c.value for c in at.caption)
+        assert unparsed == (not want["parsed"].any())
+
+    labelled = at.dataframe[-1].value.set_index("concept")
+    assert labelled.loc[k, "status"] == entry["status"] and not labelled.loc[k, "edited"]
+    det = (entry["detection"] or {}).get("balanced_accuracy")
+    assert (pd.isna(labelled.loc[k, "detection"]) if det is None else labelled.loc[k, "detection"] == det)

@@ -21,7 +21,7 @@ from vqlc_core import report
 from vqlc_core.run import FORMAT_VERSION
 
 RUN = "apptest"
-PAGES = ["concepts", "codebook_map", "explain", "compare", "case_study", "build"]
+PAGES = ["concepts", "codebook_map", "explain", "compare", "case_study", "judges", "build"]
 SENTENCE = "the plot is thin but the actors seem to enjoy themselves"  # plain words, one word each
 
 

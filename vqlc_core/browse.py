@@ -165,6 +165,20 @@ def shown_concepts(explanation: dict, method: str, n_prediction: int = 1) -> lis
     return list(out.values())
 
 
+def relabel(explanation: dict, label_of: dict) -> dict:
+    """`explanation` with each concept's label as `label_of[method](k)` gives it now: a stored or
+    cached explanation keeps the labels of when it was computed, and a label may have been written
+    or edited since. Methods without an entry in `label_of` keep theirs."""
+    methods = {}
+    for m, body in explanation["methods"].items():
+        name = label_of.get(m)
+        methods[m] = body if name is None else {
+            **body, "prediction_concepts": [{**c, "label": name(c["concept"])} for c in body["prediction_concepts"]]}
+    salient = [{**s, "concepts": {m: ({**c, "label": label_of[m](c["concept"])} if m in label_of else c)
+                                  for m, c in s["concepts"].items()}} for s in explanation["salient"]]
+    return {**explanation, "methods": methods, "salient": salient}
+
+
 def word_labels(explanation: dict, method: str, label_of) -> dict[int, str]:
     """Concept id -> label for every concept of the input's words (`label_of(k)` names one)."""
     return {k: label_of(k) for k in set(explanation["methods"][method]["word_concepts"])}

@@ -106,6 +106,7 @@ class ConceptSet:
     extra: dict[str, np.ndarray] = field(default_factory=dict)  # e.g. VQLC "codes", "encodings"; SAE "directions"
     info: dict = field(default_factory=dict)  # fit time, peak memory, measures
     mean: np.ndarray | None = None  # (d,) mean state of the train rows; None in sets saved before it existed
+    labels: object = field(default=None, repr=False, compare=False)  # a labels.LabelBook, see Run.concept_set
 
     @property
     def n_concepts(self) -> int:
@@ -160,7 +161,11 @@ class ConceptSet:
         return [tuple(x) for x in json.loads(self.summary.at[k, "top_words"])[:n]]
 
     def label(self, k: int, n: int = 3) -> str:
-        """A short human name for concept k: its top words."""
+        """A short human name for concept k: its label (`vqlc label`, or one the user wrote, marked
+        '(edited)') when it has one, else its top `n` words."""
+        name = self.labels.name(k) if self.labels is not None else None
+        if name:
+            return f"c{k}: {name}"
         words = [w for w, _ in self.top_words(k, n)]
         return f"c{k}: " + (", ".join(words) if words else "(prediction rows)")
 

@@ -19,6 +19,7 @@ import math
 from pathlib import Path
 
 from . import browse
+from .labels import label_facts
 from .runio import RunError, atomic_path
 from .tables import NAMES
 from .wordclouds import cloud_path, palette_png, render_cloud
@@ -160,8 +161,10 @@ def section_html(cs, k: int, has_cloud: bool, contexts, sentences: list[str]) ->
     items = [f"<li>{browse.highlight_html(r.text, r.start, r.end)}</li>" for r in contexts.itertuples() if r.start >= 0]
     items += [f"<li>{_e(t)} <i>(prediction)</i></li>" for t in sentences]
     cloud = f'<div class="cloud w{k}" role="img" aria-label="word cloud of c{k}"></div>' if has_cloud else ""
+    facts = label_facts(cs.labels.get(k)) if cs.labels is not None else None
     return (f'<section class=concept id="c{k}"><h2>{_e(cs.label(k, 5))}</h2>'
-            f"<p class=meta>{_facts(row)}, {int(row['n_pred'])} prediction rows · "
+            + (f"<p class=label>{_e(facts)}</p>" if facts else "")
+            + f"<p class=meta>{_facts(row)}, {int(row['n_pred'])} prediction rows · "
             '<a href="#grid">back to the grid</a></p>'
             f"<div class=cols><div>{cloud}<h3>Class distribution</h3>{class_bars(row)}</div>"
             f"<div><h3>Top words</h3><p>{_e(top)}</p><h3>Contexts</h3><ul class=contexts>{''.join(items)}</ul>"

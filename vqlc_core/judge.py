@@ -347,11 +347,41 @@ def results(run, endpoints: list[Endpoint], items: list[JudgeItem], ratings: pd.
                           "identical_rated_alike": identical_alike(r),
                           "table": [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in row.items()}
                                     for row in table.to_dict("records")]}
+    from .labels import concepts_digest
+
     stratum_counts = pd.Series([it.stratum for it in items]).value_counts().sort_index()
+    methods = sorted({s.method for it in items for s in it.shown})
     return {"run": run.dir.name, "n_sentences": len(items), "n_asked": n, "seed": seed,
-            "methods": sorted({s.method for it in items for s in it.shown}), "roles": list(ROLES),
+            "methods": methods, "roles": list(ROLES), "concepts": {m: concepts_digest(run.dir, m) for m in methods},
             "strata": {str(k): int(v) for k, v in stratum_counts.items()}, "judges": judges,
             "agreement": agreement(ratings)}
+
+
+def load_results(run_dir: str | Path) -> tuple[dict, pd.DataFrame] | None:
+    """What the last `vqlc judge` of the run wrote (judge.json and its ratings), or None when no
+    judge has run; a file that cannot be read is one sentence."""
+    from .runio import read_json, read_parquet
+
+    folder = Path(run_dir) / "llm"
+    if not (folder / "judge.json").exists():
+        return None
+    try:
+        res = read_json(folder / "judge.json")
+        ratings = read_parquet(folder / "judge_ratings.parquet")
+        if not isinstance(res, dict) or "judges" not in res or not set(RATING_COLUMNS) <= set(ratings.columns):
+            raise ValueError("missing keys or columns")
+    except (OSError, ValueError) as err:
+        raise RunError(f"The judge's results in {folder} cannot be read ({err.__class__.__name__}); run "
+                       "`vqlc judge` again.") from err
+    return res, ratings
+
+
+def stale_methods(run_dir: str | Path, res: dict) -> list[str]:
+    """The judged methods whose concepts were rebuilt since the judge rated them (a result that
+    predates digests is taken as current)."""
+    from .labels import concepts_digest
+
+    return [m for m, d in (res.get("concepts") or {}).items() if d is not None and d != concepts_digest(run_dir, m)]
 
 
 def judge_table(res: dict) -> str:

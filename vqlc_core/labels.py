@@ -6,9 +6,12 @@ spacing aside). A kept name is scored by detection: the model sees held-out memb
 as many non-member contexts, one at a time, and says whether the marked word fits the label;
 the score is the balanced accuracy of its yes/no answers.
 
-Labels are stored per method in `<run>/llm/labels_<method>.json`. A label the user edited (see
-`set_label`) is marked as edited and never overwritten by a rerun; `label_of` gives the
-dashboard a concept's label, or None.
+Labels are stored per method in `<run>/llm/labels_<method>.json`, with the digest of the concept
+assignments they name (`concepts_digest`): a rebuilt method's concepts are other concepts, so
+labels of an earlier build are not shown, and the next save moves them aside. A label the user
+edited (see `set_label`) is marked as edited and never overwritten by a rerun; `label_of` gives a
+concept's label, or None, and a `LabelBook` gives a method's labels to its `ConceptSet.label`, so
+the name appears wherever the concept does (cards, map, explanations, exports).
 """
 
 from __future__ import annotations
@@ -231,28 +234,78 @@ def detection_scores(where: list[tuple[int, bool]], said: list[bool | None]) -> 
 
 # --- the labels file ----------------------------------------------------------------------------
 
+MAX_NAME_CHARS = 80  # a name the user writes
+DIGEST = "assignments_sha256"  # the labels file's key for the concepts it names
+
+
 def labels_path(run_dir: str | Path, method: str) -> Path:
     return Path(run_dir) / "llm" / f"labels_{method}.json"
 
 
-def load_labels(run_dir: str | Path, method: str) -> dict[int, dict]:
-    """concept id -> its label entry; empty when the method has no labels yet."""
-    path = labels_path(run_dir, method)
-    if not path.exists():
-        return {}
+def concepts_digest(run_dir: str | Path, method: str) -> str | None:
+    """The sha256 of `method`'s concept assignments as the build recorded it in the manifest
+    (None for a run that records no digests): one build of the method's concepts."""
+    try:
+        stage = read_json(Path(run_dir) / "manifest.json").get("stages", {}).get(method, {})
+    except (OSError, ValueError):
+        return None
+    return stage.get("files", {}).get(f"methods/{method}/assignments.npy", {}).get("sha256")
+
+
+def _read(path: Path) -> dict:
     try:
         data = read_json(path)
-        return {int(k): v for k, v in data.get("concepts", {}).items()}
+        if not isinstance(data, dict) or not isinstance(data.get("concepts", {}), dict):
+            raise ValueError("not an object of concepts")
+        return data
     except (ValueError, AttributeError, UnicodeDecodeError) as err:
         raise RunError(f"The labels file {path} is not valid ({err.__class__.__name__}); delete it and run "
                        f"`vqlc label` again.") from err
 
 
+def is_stale(data: dict, digest: str | None) -> bool:
+    """Whether a labels file's contents name another build of the concepts than `digest`."""
+    return digest is not None and data.get(DIGEST) not in (None, digest)
+
+
+def labels_state(run_dir: str | Path, method: str) -> str:
+    """'none' (no labels file), 'stale' (its labels name an earlier build of the concepts) or
+    'current'."""
+    path = labels_path(run_dir, method)
+    if not path.exists():
+        return "none"
+    return "stale" if is_stale(_read(path), concepts_digest(run_dir, method)) else "current"
+
+
+def load_labels(run_dir: str | Path, method: str) -> dict[int, dict]:
+    """concept id -> its label entry; empty when the method has no labels yet, or only labels of
+    an earlier build of its concepts."""
+    path = labels_path(run_dir, method)
+    if not path.exists():
+        return {}
+    data = _read(path)
+    if is_stale(data, concepts_digest(run_dir, method)):
+        return {}
+    try:
+        return {int(k): v for k, v in data.get("concepts", {}).items()}
+    except (ValueError, TypeError) as err:
+        raise RunError(f"The labels file {path} is not valid ({err.__class__.__name__}); delete it and run "
+                       f"`vqlc label` again.") from err
+
+
 def _save(run_dir: str | Path, method: str, entries: dict[int, dict], meta: dict | None = None) -> None:
-    """Merge `entries` into the method's labels file; an edited label already there is kept."""
+    """Merge `entries` into the method's labels file; an edited label already there is kept. A
+    file that labels an earlier build of the concepts is first moved aside
+    (labels_<method>.<its digest>.json), never merged into."""
     with _LOCK:
         path = labels_path(run_dir, method)
-        data = read_json(path) if path.exists() else {"method": method, "concepts": {}}
+        digest = concepts_digest(run_dir, method)
+        data = _read(path) if path.exists() else None
+        if data is not None and is_stale(data, digest):
+            path.replace(path.with_name(f"{path.stem}.{str(data[DIGEST])[:12]}.json"))
+            data = None
+        data = data or {"method": method, "concepts": {}}
+        data[DIGEST] = digest
         for k, entry in entries.items():
             old = data["concepts"].get(str(k))
             if old and old.get("edited") and not entry.get("edited"):
@@ -269,6 +322,8 @@ def set_label(run_dir: str | Path, method: str, k: int, name: str, description: 
     name = " ".join(str(name).split())
     if not name:
         raise RunError("A label needs a name; write at least one word.")
+    if len(name) > MAX_NAME_CHARS:
+        raise RunError(f"A label's name is at most {MAX_NAME_CHARS} characters; this one has {len(name)}.")
     if status not in STATUSES:
         raise RunError(f"A label's status is one of {', '.join(STATUSES)}, not '{status}'.")
     entry = {**load_labels(run_dir, method).get(int(k), {"concept": int(k)}), "name": name,
@@ -283,6 +338,61 @@ def label_of(run_dir: str | Path, method: str, k: int) -> str | None:
         return load_labels(run_dir, method).get(int(k), {}).get("name")
     except RunError:
         return None
+
+
+def shown_name(entry: dict | None) -> str | None:
+    """How a label is shown beside its concept: its name, '(edited)' after one the user wrote;
+    None when the entry has no name."""
+    if not entry or not entry.get("name"):
+        return None
+    return f"{entry['name']} (edited)" if entry.get("edited") else str(entry["name"])
+
+
+def label_facts(entry: dict | None) -> str | None:
+    """One plain line on where a named label comes from and how well it scored, with its
+    description; None when the entry has no name."""
+    if not entry or not entry.get("name"):
+        return None
+    if entry.get("edited"):
+        head = "Label written by hand"
+    else:
+        det = (entry.get("detection") or {}).get("balanced_accuracy")
+        score = "not scored" if det is None else f"detection {det:.2f} balanced accuracy"
+        head = (f"LLM label: {entry.get('status') or 'no status'}, {entry.get('agreement', 0)}/{N_SAMPLES} samples "
+                f"agree, {score}")
+    description = (entry.get("description") or "").strip()
+    return f"{head}. {description}" if description else f"{head}."
+
+
+class LabelBook:
+    """A method's labels as a ConceptSet shows them: read again whenever the labels file changes
+    (an edit in another session, a `vqlc label` run), so every view shows the current ones. An
+    unreadable file shows no labels (the Judges page says why)."""
+
+    def __init__(self, run_dir: str | Path, method: str):
+        self.run_dir, self.method = Path(run_dir), method
+        self.path = labels_path(run_dir, method)
+        self._stamp, self._entries = None, {}
+
+    def entries(self) -> dict[int, dict]:
+        try:
+            st = self.path.stat()
+            stamp = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            stamp = None
+        if stamp != self._stamp:
+            try:
+                entries = load_labels(self.run_dir, self.method) if stamp else {}
+            except RunError:
+                entries = {}
+            self._entries, self._stamp = entries, stamp
+        return self._entries
+
+    def get(self, k: int) -> dict | None:
+        return self.entries().get(int(k))
+
+    def name(self, k: int) -> str | None:
+        return shown_name(self.get(k))
 
 
 # --- labelling a method --------------------------------------------------------------------------
@@ -354,16 +464,31 @@ def label_method(run, method: str, endpoint: Endpoint, ids: list[int] | None = N
             "sent": session.client.sent, "from_record": session.client.from_record}
 
 
+def labels_frame(entries: dict[int, dict]) -> pd.DataFrame:
+    """Labels as a table: concept, status, name, edited, agreement (samples giving the name),
+    detection (balanced accuracy, None when not scored) and description."""
+    rows = [{"concept": int(k), "status": e.get("status"), "name": e.get("name"), "edited": bool(e.get("edited")),
+             "agreement": None if e.get("edited") else f"{e.get('agreement', 0)}/{N_SAMPLES}",
+             "detection": (e.get("detection") or {}).get("balanced_accuracy"), "description": e.get("description")}
+            for k, e in sorted(entries.items())]
+    return pd.DataFrame(rows, columns=["concept", "status", "name", "edited", "agreement", "detection", "description"])
+
+
+def labels_meta(run_dir: str | Path, method: str) -> dict:
+    """The labels file's own facts (labeller, seed, contexts shown), without its labels."""
+    path = labels_path(run_dir, method)
+    return {k: v for k, v in _read(path).items() if k != "concepts"} if path.exists() else {}
+
+
 def labels_table(entries: dict[int, dict]) -> str:
     """Labels as markdown: concept, status, name, agreement, detection score."""
     lines = ["| concept | status | name | agreement | detection (balanced acc.) | description |",
              "|---:|---|---|---:|---:|---|"]
-    for k in sorted(entries):
-        e = entries[k]
-        det = (e.get("detection") or {}).get("balanced_accuracy")
-        score = "–" if det is None else f"{det:.2f}"
-        cells = [str(k), e.get("status") or "–", e.get("name") or "–", f"{e.get('agreement', 0)}/{N_SAMPLES}",
-                 score, (e.get("description") or "").replace("|", "/")]
+    for r in labels_frame(entries).itertuples():
+        score = "–" if r.detection is None or pd.isna(r.detection) else f"{r.detection:.2f}"
+        name = (r.name or "–") + (" (edited)" if r.edited else "")
+        cells = [str(r.concept), r.status or "–", name, r.agreement or "–", score,
+                 (r.description or "").replace("|", "/")]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

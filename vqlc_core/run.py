@@ -147,8 +147,12 @@ class Run:
 
     def concept_set(self, method: str, seed: int | None = None):
         from .concepts import ConceptSet
+        from .labels import LabelBook
 
-        return ConceptSet.load(self.method_dir(method, seed), n_rows=self.store.n_rows, dim=self.store.dim)
+        cs = ConceptSet.load(self.method_dir(method, seed), n_rows=self.store.n_rows, dim=self.store.dim)
+        if self.method_dir(method, seed) == self.method_dir(method):  # labels name the shown seed's concepts
+            cs.labels = LabelBook(self.dir, method)
+        return cs
 
     def method(self, name: str, seed: int | None = None):
         from .methods import method_class

@@ -117,11 +117,20 @@ def session_alive() -> bool:
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
-def explain(run_dir: str, _stamp: int, text: str) -> dict:
+def _explain(run_dir: str, _stamp: int, text: str) -> dict:
     from vqlc_core.browse import precomputed_explanation
 
     # The example the pages open with was explained by the build: a first visit needs no model.
     return precomputed_explanation(run_dir, text) or service(run_dir, _stamp).explain(text, alive=session_alive)
+
+
+def explain(run_dir: str, _stamp: int, text: str) -> dict:
+    """The explanation of `text`, its concepts named by their current labels (a label written
+    or edited after it was computed shows at once)."""
+    from vqlc_core.browse import relabel
+
+    ex = _explain(run_dir, _stamp, text)
+    return relabel(ex, {m: concepts(run_dir, _stamp, m).label for m in ex["methods"]})
 
 
 @st.cache_data(show_spinner=False, max_entries=2048)

@@ -49,7 +49,8 @@ def concept_view(run: Run, method: str, k: int) -> None:
     rd, sp = str(run.dir), stamp(run)
     cs = concepts(rd, sp, method)
     row = cs.summary.loc[k]
-    st.subheader(cs.label(k, 5))
+    st.subheader(plain(cs.label(k, 5)))
+    label_editor(run, method, k)
     a, b, c = st.columns(3)
     a.metric("Members", int(row["size"]))
     b.metric("Purity", f"{row['purity']:.2f}", help=f"share of members from class '{row['dominant_class']}'")
@@ -71,6 +72,33 @@ def concept_view(run: Run, method: str, k: int) -> None:
         lines = [f"- {browse.highlight_html(r.text, r.start, r.end)}" for r in ctx.itertuples() if r.start >= 0]
         lines += [f"- {html.escape(t)} *(prediction)*" for t in browse.prediction_examples(texts(rd, sp), row)]
         st.markdown("**Contexts**\n\n" + "\n".join(lines), unsafe_allow_html=True)
+
+
+def label_editor(run: Run, method: str, k: int) -> None:
+    """Concept k's label (where it comes from, its description and detection score) and a form
+    to write or edit it; a saved label is stored with the run, marked as edited, and shown
+    wherever the concept appears, in every session."""
+    from vqlc_core.labels import MAX_NAME_CHARS, STATUSES, label_facts, set_label
+
+    cs = concepts(str(run.dir), stamp(run), method)
+    entry = (cs.labels.get(k) if cs.labels is not None else None) or {}
+    facts = label_facts(entry)
+    if facts:
+        st.caption(plain(facts))
+    with st.expander("Edit the label" if entry.get("name") else "Write a label", icon=":material/edit:"):
+        with st.form(key=f"label_form_{method}_{k}", border=False):
+            name = st.text_input("Name", value=entry.get("name") or "", max_chars=MAX_NAME_CHARS,
+                                 placeholder="a few words, e.g. number words")
+            description = st.text_input("Description (optional)", value=entry.get("description") or "",
+                                        placeholder="one sentence on what the members share")
+            status = st.selectbox("Status", STATUSES, index=STATUSES.index(entry.get("status") or "clear")
+                                  if (entry.get("status") or "clear") in STATUSES else 0)
+            saved = st.form_submit_button("Save the label", type="primary")
+        if saved:
+            with guard():
+                set_label(run.dir, method, k, name, description, status)
+            st.toast(f"Label of c{k} saved with the run, marked as edited.")
+            st.rerun()
 
 
 def feature_activations(run: Run, method: str, k: int) -> None:
@@ -101,7 +129,7 @@ def ablation_panel(run: Run, method: str, text: str, ex: dict, cloud_width: int 
             with picture:
                 concept_picture(run, method, c["concept"], width=cloud_width)
             with body:
-                st.markdown(f"**{html.escape(c['label'])}**  \n{html.escape(c['why'])}")
+                st.markdown(f"**{plain(c['label'])}**  \n{plain(c['why'])}")
                 key = f"abl_{method}_{c['concept']}_{text_key(text)}"
                 if c["concept"] in asked:
                     st.session_state[key] = True
