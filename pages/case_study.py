@@ -15,6 +15,10 @@ from vqlc_core.pins import load_pins, remove_pin
 run, _ = vqlc_ui.sidebar(choose_method=False)
 with vqlc_ui.guard():
     pins = load_pins(run.dir)
+    built = set(run.methods_built())
+    # named by the concepts' labels of now, for pins of this run's concepts
+    pins = [browse.relabel_pin(p, vqlc_ui.concepts(str(run.dir), vqlc_ui.stamp(run), p["method"]).label)
+            if p.get("run", run.dir.name) == run.dir.name and p["method"] in built else p for p in pins]
 st.title("Case study")
 if not pins:
     st.info(f"Nothing is pinned from run '{run.dir.name}' yet: on the Explain or Compare page, press **Pin for the "

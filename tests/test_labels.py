@@ -195,3 +195,18 @@ def test_a_label_written_on_the_concept_view_shows_on_every_page(run, monkeypatc
     (table,) = [d.value for d in at.dataframe]
     assert table.set_index("concept").loc[k, "edited"] and table.set_index("concept").loc[k, "name"] == EVIL
     assert any("No judge has rated" in i.value for i in at.info)
+
+
+@pytest.mark.slow
+def test_a_pin_made_before_a_label_was_written_shows_the_label_in_the_case_study(run, monkeypatch):
+    from vqlc_core.pins import add_pin, load_pins
+
+    monkeypatch.setenv("VQLC_CACHE_DIR", str(run.dir.parent.parent))
+    pin = browse.make_pin(run.explainer(), "the plot is thin but the actors seem to enjoy themselves", "vqlc",
+                          source=browse.provenance(run, "vqlc"))
+    add_pin(run.dir, pin)
+    k = pin["concepts"][0]["concept"]
+    labels.set_label(run.dir, "vqlc", k, "thin plots")
+    at = ran(page(run, "case_study"))
+    assert f"c{k}: thin plots (edited)" in at.dataframe[0].value["label"].tolist()
+    assert load_pins(run.dir)[0]["concepts"][0]["label"] == pin["concepts"][0]["label"]  # the stored pin as made

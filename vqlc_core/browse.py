@@ -211,6 +211,13 @@ def make_pin(explainer, text: str, method: str, n_prediction: int = 1, *, source
             "concepts": shown}
 
 
+def relabel_pin(pin: dict, label_of) -> dict:
+    """`pin` with its concepts named as `label_of(k)` names them now (a label written or edited
+    after the pin was made shows in the case study and its exports)."""
+    return {**pin, "labels": {int(k): label_of(int(k)) for k in pin.get("labels", {})},
+            "concepts": [{**c, "label": label_of(int(c["concept"]))} for c in pin.get("concepts", [])]}
+
+
 def find_pin(pins: list[dict], run: str, method: str, text: str) -> int | None:
     """The index of the pin of `text` under `method` from run `run` in `pins`, or None: the same
     input is pinned once per run and method."""
