@@ -127,7 +127,10 @@ for m in run.methods_built():
         st.warning(f"The labels of {m} name an earlier build of its concepts and are not shown; run `vqlc label --run "
                    f"{name} --method {m}` again.")
         continue
-    who = labels.labels_meta(run.dir, m).get("labeller") or {}
+    meta = labels.labels_meta(run.dir, m)
+    who = meta.get("labeller") or {}
+    if meta.get("note"):
+        st.warning(meta["note"], icon=":material/warning:")
     named = sum(bool(e.get("name")) for e in entries.values())
     st.caption(vqlc_ui.plain(f"{len(entries)} concepts labelled, {named} with a name, "
                              f"{sum(bool(e.get('edited')) for e in entries.values())} edited by hand; labeller "

@@ -261,7 +261,9 @@ def test_every_answer_is_parsed_or_counted_and_a_rerun_sends_nothing(server, cle
     saved = json.loads((run.dir / "llm" / "judge.json").read_text())
     assert saved["judges"][server.name]["parse_rate"] == j["parse_rate"]
 
+    run.explainer = lambda *a, **kw: pytest.fail("the rerun explained the sentences again")  # items are kept
     again = judge.run_judges(run, [server], n=N, seed=0, methods=METHODS)
+    del run.explainer
     assert again["requests"][server.name] == {"sent": 0, "from_record": N}
     assert again["judges"] == res["judges"]
     pd.testing.assert_frame_equal(pd.read_parquet(run.dir / "llm" / "judge_ratings.parquet"), ratings)
@@ -387,6 +389,7 @@ def test_the_judges_page_shows_each_judge_its_ratings_with_reasons_and_the_label
         unparsed = any("could not be parsed" in c.value for c in at.caption)
         assert unparsed == (not want["parsed"].any())
 
+    assert any("These labels were written and scored by the offline default" in w.value for w in at.warning)
     labelled = at.dataframe[-1].value.set_index("concept")
     assert labelled.loc[k, "status"] == entry["status"] and not labelled.loc[k, "edited"]
     det = (entry["detection"] or {}).get("balanced_accuracy")

@@ -10,7 +10,8 @@ way a 135M model was seen to answer in JSON; not every server has a JSON mode. A
 not parse (no JSON object, a concept missing, a rating outside 1..3) are counted and left out,
 never replaced by a middle rating. Results go to `<run>/llm/judge.json` and the
 ratings with their reasons to `<run>/llm/judge_ratings.parquet`; every answer is in the run's
-record (`llm.py`), so a rerun sends nothing already answered.
+record (`llm.py`), so a rerun sends nothing already answered, and the judged items are kept
+under `<run>/llm/items/` (`judged_items`), so a rerun does not explain the sentences again.
 """
 
 from __future__ import annotations
@@ -173,6 +174,39 @@ def make_items(run, n: int = 100, seed: int = 0, methods: list[str] | None = Non
     return items
 
 
+ITEMS_FORMAT = 1  # bump when an item's content changes for the same run and settings
+
+
+def items_path(run, n: int, seed: int, methods: list[str]) -> Path:
+    """Where the judged items of these settings are kept: named by a digest of the settings and
+    of the run's finished stages (a rebuilt stage makes other items)."""
+    import hashlib
+
+    stages = run.manifest.data.get("stages", {})
+    key = json.dumps({"format": ITEMS_FORMAT, "n": n, "seed": seed, "methods": methods, "stages": stages},
+                     sort_keys=True, default=str)
+    return llm_dir(run) / "items" / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
+
+
+def judged_items(run, n: int = 100, seed: int = 0, methods: list[str] | None = None) -> list[JudgeItem]:
+    """`make_items`, kept in the run (`items_path`): a rerun with the same settings on the same
+    build reads them instead of explaining every sentence again."""
+    from dataclasses import asdict
+
+    from .runio import read_json
+
+    methods = check_methods(run, methods)
+    path = items_path(run, n, seed, methods)
+    if path.exists():
+        try:
+            return [JudgeItem(**{**d, "shown": [Shown(**s) for s in d["shown"]]}) for d in read_json(path)]
+        except (ValueError, TypeError, KeyError):
+            log.info("vqlc: judge: the kept items in %s cannot be read; explaining again.", path)
+    items = make_items(run, n, seed, methods)
+    write_json(path, [asdict(it) for it in items])
+    return items
+
+
 def check_methods(run, methods: list[str] | None) -> list[str]:
     built = run.methods_built()
     if not built:
@@ -303,7 +337,7 @@ def run_judges(run, endpoints: list[Endpoint], n: int = 100, seed: int = 0, meth
         raise RunError(f"Two judges are named alike ({', '.join(names)}); give each --judge its own name=.")
     log.info("vqlc: judge: explaining %d dev sentences of run '%s' (stratified by %s) ...", n, run.dir.name,
              "TP/FP/TN/FN" if len(run.class_names) == 2 else "class and correctness")
-    items = make_items(run, n, seed, methods)
+    items = judged_items(run, n, seed, methods)
     records = Records(llm_dir(run) / "records")
     requests = {e.name: [judge_request(it, run.class_names, max_tokens) for it in items] for e in endpoints}
     p = plan({e.name: ChatClient(e, records) for e in endpoints}, requests)

@@ -458,8 +458,11 @@ def label_method(run, method: str, endpoint: Endpoint, ids: list[int] | None = N
         said = [parse_yes_no(a.content) for a in session.complete_many(detect, desc="scoring labels")]
     for k, score in detection_scores(where, said).items():
         entries[k]["detection"] = score
+    from .localserver import WEAK_LABELLER_NOTE
+
     _save(run.dir, method, entries, {"method": method, "labeller": endpoint.describe(), "seed": seed,
-                                     "n_contexts": n_contexts, "n_held_out": n_held_out, "n_samples": N_SAMPLES})
+                                     "n_contexts": n_contexts, "n_held_out": n_held_out, "n_samples": N_SAMPLES,
+                                     "note": WEAK_LABELLER_NOTE if endpoint.managed else None})
     return {"method": method, "concepts": chosen, "edited_kept": sorted(edited & set(chosen)), "entries": entries,
             "sent": session.client.sent, "from_record": session.client.from_record}
 
@@ -498,7 +501,7 @@ def command(run, method: str | None, specs: list[str] | None, ids: list[int] | N
             seed: int = 0, max_tokens: int = LABEL_TOKENS) -> str:
     """`vqlc label`: label a method's concepts with one --judge endpoint (default: the offline
     SmolLM2), store them in <run>/llm/labels_<method>.json and return them as markdown."""
-    from .localserver import WEAK_JUDGE_NOTE, endpoints
+    from .localserver import WEAK_LABELLER_NOTE, endpoints
 
     eps = endpoints(specs, run.cfg.cache_dir)
     if len(eps) != 1:
@@ -511,4 +514,4 @@ def command(run, method: str | None, specs: list[str] | None, ids: list[int] | N
     log.info("vqlc: label: %d sent, %d from the record; labels in %s", res["sent"], res["from_record"],
              labels_path(run.dir, res["method"]))
     shown = {k: e for k, e in load_labels(run.dir, res["method"]).items() if k in set(res["concepts"])}
-    return labels_table(shown) + ("\n" + WEAK_JUDGE_NOTE + "\n" if eps[0].managed else "")
+    return labels_table(shown) + ("\n" + WEAK_LABELLER_NOTE + "\n" if eps[0].managed else "")

@@ -41,6 +41,11 @@ WEAK_JUDGE_NOTE = ("The default judge is SmolLM2-135M-Instruct served offline by
                    "is a weak judge (it copies the worked example's form and reasons and rates with little regard to "
                    "the concept); it shows that the whole path runs offline. Give --judge a capable model for "
                    "judgements that mean something.")
+WEAK_LABELLER_NOTE = ("These labels were written and scored by the offline default, SmolLM2-135M-Instruct: a 135M "
+                      "model seldom draws the same name twice (for 10 of the default run's VQLC concepts, no two of "
+                      "three samples agreed), so few names are kept, and a kept name's detection score rests on its "
+                      "yes/no answers. It shows that the path runs offline; give `vqlc label --judge` a capable model "
+                      "for labels that mean something.")
 # transformers serve's generation config for SmolLM2 is greedy whatever the temperature; sampling
 # (the labels' three samples) must be switched on per request. Temperature 0 stays greedy.
 SAMPLING_BODY = {"generation_config": '{"do_sample": true}'}
