@@ -27,12 +27,13 @@ def sealed_copy(src: Path, cache: Path, name: str = "copy") -> Run:
 
 def linked_copy(src: Path, cache: Path, name: str | None = None) -> Run:
     """`cache`/runs/`name` (default: `src`'s own name) whose entries are links to `src`'s, but for
-    an empty ui/ folder of its own: a cheap private run for tests that write there (case-study
-    pins, word clouds) or replace a file (unlink the link first)."""
+    an empty ui/ folder of its own and no llm/ folder (judge results and labels a test writes stay
+    the test's): a cheap private run for tests that write there (case-study pins, word clouds,
+    labels) or replace a file (unlink the link first)."""
     dst = Path(cache) / "runs" / (name or Path(src).name)
     dst.mkdir(parents=True)
     for entry in Path(src).iterdir():
-        if entry.name != "ui":
+        if entry.name not in ("ui", "llm"):
             (dst / entry.name).symlink_to(entry.resolve(), target_is_directory=entry.is_dir())
     (dst / "ui").mkdir()
     return Run(dst)

@@ -266,3 +266,21 @@ def test_text_that_cannot_be_sent_as_typed_is_cleaned_and_explained(page, text, 
     assert page.locator('[data-testid="stTextArea"] textarea').input_value() == shown
     if notice:
         expect(page.get_by_text(notice)).to_be_visible()
+
+
+def test_a_label_written_on_a_concept_names_it_on_its_card(page):
+    open_page(page, "?run=apptest&method=vqlc&concept=3", "Concepts: vqlc")
+    main = page.locator('[data-testid="stMain"]')
+    page.get_by_text("Write a label").click()
+    name = main.get_by_label("Name")
+    expect(name).to_be_visible()
+    name.fill("<i>thin</i> words")
+    page.get_by_role("button", name="Save the label").click()
+    expect(page.get_by_role("heading", name="c3: <i>thin</i> words (edited)")).to_be_visible()
+    idle(page)
+    card = main.locator('[data-testid="stVerticalBlock"]').filter(
+        has=page.get_by_text("c3: <i>thin</i> words (edited)", exact=True)).filter(
+        has=page.get_by_role("button", name="Open", exact=True)).last
+    expect(card).to_be_visible()  # the grid's card of c3 carries the label too, as typed
+    assert main.locator("i", has_text="thin").count() == 0  # shown as text, never as markup
+    assert not page.dialogs
