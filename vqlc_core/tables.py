@@ -52,7 +52,7 @@ def summary_line(run) -> str:
             f"{cfg.data.dataset} ({run.store.n_rows:,} rows), {tuned}; K = {cfg.methods.n_concepts}, "
             f"{len(seeds)} seed{'s' if len(seeds) > 1 else ''} ({', '.join(map(str, seeds))}). "
             f"Test accuracy {acc.get('test', float('nan')):.3f} (dev {acc.get('dev', float('nan')):.3f}). "
-            f"Build {total / 60:.1f} min: {times}.{ig_text}")
+            f"Stages {total / 60:.1f} min (each stage's last build, pauses included): {times}.{ig_text}")
 
 
 def faithfulness_table(run) -> str:
