@@ -141,8 +141,8 @@ class WsSession(_Typist):
                     texts.append(re.sub(r"<[^>]+>", "", el.markdown.body))
                 elif what == "metric":
                     texts.append(f"{el.metric.label}: {el.metric.body}")
-            elif kind == "script_finished":
-                return texts
+            elif kind == "script_finished" and fwd.script_finished != ForwardMsg.FINISHED_EARLY_FOR_RERUN:
+                return texts  # (a run the page itself ended to run again, see `vqlc_ui.app_navigation`, is not the end)
 
     async def open(self) -> None:
         import websockets

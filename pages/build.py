@@ -6,6 +6,7 @@ import vqlc_ui
 from vqlc_core.config import PRESETS, preset
 from vqlc_core.run import runs_overview
 
+vqlc_ui.app_navigation()
 name = st.sidebar.selectbox("Preset", sorted(PRESETS), index=sorted(PRESETS).index("default"))
 st.title("Build a run")
 cfg = preset(name, cache_dir=vqlc_ui.cache_dir())

@@ -175,3 +175,19 @@ def test_the_exported_file_opens_offline_and_shows_a_script_tag_as_text(fresh, a
         pg.wait_for_timeout(300)
         assert pg.dialogs == [] and asked == []
         assert all(u.startswith(("file://", "data:")) for u in requests), requests
+
+
+def test_a_link_to_a_page_is_the_first_visit_of_a_fresh_server(fresh, apptest_run, tmp_path):
+    # Streamlit runs a fresh server's first visit to a page's own address as a lone page of the
+    # old pages/ folder (no app.py: its own navigation, an "app" entry, no page settings) until
+    # a run calls st.navigation; the page switches the server to app.py's navigation itself.
+    run = linked_copy(apptest_run.dir, tmp_path / "cache")
+    with serve(run.dir) as (base, _), fresh() as pg:
+        pg.goto(f"{base}/judges?" + urlencode({"run": "apptest"}))
+        expect(pg.get_by_role("heading", name="LLM judges and concept labels")).to_be_visible()
+        idle(pg)
+        nav = pg.locator('[data-testid="stSidebarNav"] a')
+        expect(nav.filter(has_text="Judges and labels")).to_be_visible()  # app.py's titles, not file names
+        assert [t.split("\n")[-1] for t in nav.all_inner_texts()] == ["Concepts", "Codebook map", "Explain", "Compare", "Case study",
+                                         "Judges and labels", "Build"]
+        assert urlsplit(pg.url).path == "/judges"

@@ -124,10 +124,24 @@ def text_key(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:8]
 
 
+def app_navigation() -> None:
+    """Leave Streamlit's pages-folder mode. A server's first visit, if it is to a page's own
+    address (a shared link such as /explain?run=...) rather than the root, runs that page alone,
+    as the pages/ folder of old multipage apps, without app.py (its navigation, page settings and
+    model warm-up); only a run that calls st.navigation ends that mode, for the whole server. A
+    page run that way ends it and runs again: the same page, through app.py."""
+    from streamlit.runtime.pages_manager import PagesManager
+
+    if PagesManager.uses_pages_directory:
+        PagesManager.uses_pages_directory = False
+        st.rerun()
+
+
 def sidebar(need: tuple[str, ...] = (), choose_method: bool = True):
     """Run (and method) selectors, set from the page's link the first time (see `share`). Stops
     the page with an explanation when no run is built or the chosen run lacks a stage in `need`.
     Returns (run, method or None); the link to the view is kept up to date from here on."""
+    app_navigation()
     well_formed_typing()  # every page with a run has a box to type in
     cache = loaders.cache_dir()
     runs = [p.name for p in list_runs(cache)]
