@@ -38,25 +38,39 @@ else:
         st.subheader(f"Judge: {jname}")
         ep = j.get("endpoint", {})
         st.caption(vqlc_ui.plain(f"{ep.get('model', '?')} at {ep.get('server') or ep.get('url') or '?'}"))
-        a, b, c = st.columns(3)
-        a.metric("Parse rate", "–" if j.get("parse_rate") is None else f"{j['parse_rate']:.0%}",
+        pct = lambda v: "–" if v is None else f"{v:.0%}"  # noqa: E731
+        a, b, c, d, e = st.columns(5)
+        a.metric("Parse rate", pct(j.get("parse_rate")),
                  help=f"{j['parsed']} of {j['requests']} answers parsed; {j['unparseable']} could not be read and "
                       "are left out")
         b.metric("Sentences rated", j["parsed"])
-        alike = j.get("identical_rated_alike")
-        c.metric("Identical concepts rated alike", "–" if alike is None else f"{alike:.0%}",
+        c.metric("Identical concepts rated alike", pct(j.get("identical_rated_alike")),
                  help="where two letters showed the same concept for one sentence, the share the judge rated alike, "
                       "as it was told to: a check on how closely it reads")
+        position = j.get("position") or {}
+        d.metric("Variance explained by the letter", pct(position.get("eta_squared")),
+                 help="the share of the ratings' variance that the letter a concept was shown under explains (eta "
+                      "squared); letters are shuffled per sentence, so a judge that reads the concepts keeps it small")
+        e.metric("Reasons copied from the example", pct(j.get("copied_reasons")),
+                 help="the share of its reasons that repeat the worked example's word for word")
+        if position.get("by_letter"):
+            st.caption("Mean rating by letter: " + ", ".join(f"{k} {v:.2f}" for k, v in position["by_letter"].items())
+                       + ". The table's last column is the mean each method would get from its letters alone.")
         table = pd.DataFrame(j["table"])
         if not len(table):
             st.caption("No answer parsed: this judge rated nothing.")
             continue
-        st.dataframe(table[["role", "method", "n", "mean", "low", "high", "rank"]], hide_index=True,
+        st.dataframe(table[[c for c in ("role", "method", "n", "mean", "low", "high", "rank", "from_letters")
+                            if c in table]], hide_index=True,
                      column_config={"mean": st.column_config.NumberColumn("mean rating", format="%.2f"),
                                     "low": st.column_config.NumberColumn("95% low", format="%.2f"),
                                     "high": st.column_config.NumberColumn("95% high", format="%.2f"),
                                     "rank": st.column_config.NumberColumn("rank", help="1 = best within the role; "
-                                                                          "ties share a rank")})
+                                                                          "ties share a rank"),
+                                    "from_letters": st.column_config.NumberColumn(
+                                        "from the letters alone", format="%.2f",
+                                        help="the mean rating this method would get if each of its ratings were the "
+                                             "mean rating of the letter it was shown under")})
         st.plotly_chart(px.bar(table.assign(plus=table["high"] - table["mean"], minus=table["mean"] - table["low"]),
                                x="method", y="mean", color="role", barmode="group", error_y="plus",
                                error_y_minus="minus", range_y=[0, 3.2], height=300,

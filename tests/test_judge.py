@@ -128,6 +128,40 @@ def test_judges_who_agree_have_w_and_alpha_of_one_and_missing_ratings_are_left_o
     assert agreement(_ratings("a", values)) is None
 
 
+def _lettered(rate) -> pd.DataFrame:
+    """Ratings of 60 sentences, 4 methods each under seeded shuffled letters A-D, rated by
+    `rate(method, letter)`."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for t in range(60):
+        for letter, m in zip("ABCD", rng.permutation(["vqlc", "kmeans", "lacoat", "sae"])):
+            rows.append({"text_id": t, "method": m, "role": "prediction", "letter": letter,
+                         "rating": float(rate(m, letter)), "parsed": True})
+    return pd.DataFrame(rows)
+
+
+def test_a_judge_that_rates_by_letter_is_told_apart_from_one_that_reads_the_concepts():
+    from vqlc_core.agreement import position_effect
+
+    by_letter = position_effect(_lettered(lambda m, letter: {"A": 3, "B": 1, "C": 2, "D": 1}[letter]))
+    assert by_letter["eta_squared"] == pytest.approx(1.0)
+    assert by_letter["by_letter"] == {"A": 3.0, "B": 1.0, "C": 2.0, "D": 1.0}
+
+    ratings = _lettered(lambda m, letter: {"vqlc": 3, "kmeans": 2, "lacoat": 2, "sae": 1}[m])
+    reader = position_effect(ratings)
+    assert reader["eta_squared"] < 0.1  # letters are shuffled: they explain little of a reader's ratings
+    alone = {x["method"]: x["mean"] for x in reader["expected"]}
+    assert all(abs(v - ratings["rating"].mean()) < 0.3 for v in alone.values())  # letters alone: near the mean
+    assert position_effect(ratings.assign(parsed=False)) is None
+
+
+def test_reasons_that_repeat_the_worked_example_are_counted():
+    reasons = ["Positive words", "function words ", "it names the actors", None, "opposite opinion"]
+    r = pd.DataFrame({"reason": reasons, "parsed": [True, True, True, True, False]})
+    assert judge.copied_reasons(r) == pytest.approx(2 / 3)  # the unparsed and the empty are left out
+    assert judge.copied_reasons(r.assign(parsed=False)) is None
+
+
 # --- endpoints -------------------------------------------------------------------------------
 
 def test_a_judge_spec_is_read_or_refused_in_one_sentence(monkeypatch):
@@ -373,6 +407,8 @@ def test_the_judges_page_shows_each_judge_its_ratings_with_reasons_and_the_label
     j = res["judges"][server.name]
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Parse rate"] == f"{j['parse_rate']:.0%}" and metrics["Sentences rated"] == str(j["parsed"])
+    eta = (j["position"] or {}).get("eta_squared")
+    assert metrics["Variance explained by the letter"] == ("–" if eta is None else f"{eta:.0%}")
     assert any("weak judge" in w.value for w in at.warning)  # the offline default says what it is
     table = at.dataframe[0].value
     assert len(table) == len(j["table"]) and table["mean"].tolist() == [r["mean"] for r in j["table"]]

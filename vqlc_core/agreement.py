@@ -50,6 +50,26 @@ def method_table(ratings: pd.DataFrame, seed: int = 0, n_boot: int = N_BOOT) -> 
     return table.sort_values(["role", "rank", "method"], ignore_index=True)
 
 
+def position_effect(ratings: pd.DataFrame) -> dict | None:
+    """How far one judge's ratings follow the letter a concept was shown under rather than the
+    concept: the mean rating per letter, the share of the ratings' variance the letter explains
+    (eta squared of a one-way analysis by letter) and, per method and role, the mean rating the
+    letters alone would give it (each of its ratings replaced by its letter's mean; letters are
+    shuffled per sentence, so a judge that reads the concepts leaves this near the overall mean).
+    None when no answer parsed."""
+    ok = ratings[ratings["parsed"]]
+    if ok.empty:
+        return None
+    by_letter = ok.groupby("letter")["rating"].mean()
+    expected = ok["letter"].map(by_letter)
+    total = float(((ok["rating"] - ok["rating"].mean()) ** 2).sum())
+    between = float(((expected - ok["rating"].mean()) ** 2).sum())
+    from_letters = ok.assign(expected=expected).groupby(["role", "method"])["expected"].mean()
+    return {"by_letter": {str(k): float(v) for k, v in by_letter.sort_index().items()},
+            "eta_squared": between / total if total > 0 else None,
+            "expected": [{"role": r, "method": m, "mean": float(v)} for (r, m), v in from_letters.items()]}
+
+
 def item_matrix(ratings: pd.DataFrame) -> pd.DataFrame:
     """Judges (rows) by items (columns), the rating or NaN where a judge's answer did not parse."""
     ok = ratings[ratings["parsed"]]

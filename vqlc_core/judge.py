@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .agreement import agreement, method_table
+from .agreement import agreement, method_table, position_effect
 from .llm import ChatClient, Endpoint, Records, Request, chat, extract_json, plan
 from .runio import RunError, write_json, write_parquet
 
@@ -335,7 +335,7 @@ def run_judges(run, endpoints: list[Endpoint], n: int = 100, seed: int = 0, meth
     names = [e.name for e in endpoints]
     if len(set(names)) != len(names):
         raise RunError(f"Two judges are named alike ({', '.join(names)}); give each --judge its own name=.")
-    log.info("vqlc: judge: explaining %d dev sentences of run '%s' (stratified by %s) ...", n, run.dir.name,
+    log.info("vqlc: judge: %d dev sentences of run '%s' (stratified by %s) ...", n, run.dir.name,
              "TP/FP/TN/FN" if len(run.class_names) == 2 else "class and correctness")
     items = judged_items(run, n, seed, methods)
     records = Records(llm_dir(run) / "records")
@@ -366,6 +366,16 @@ def identical_alike(ratings: pd.DataFrame) -> float | None:
     return float((groups["nunique"] == 1).mean()) if len(groups) else None
 
 
+def copied_reasons(ratings: pd.DataFrame) -> float | None:
+    """The share of a judge's parsed reasons that repeat one of the worked example's own reasons
+    word for word (case aside): a judge that copies the example's form rather than reading the
+    concepts. None when it gave no reason."""
+    given = ratings.loc[ratings["parsed"], "reason"].fillna("").str.strip().str.casefold()
+    given = given[given != ""]
+    example = {reason.casefold() for _, _, reason in EXAMPLE_CONCEPTS}
+    return float(given.isin(example).mean()) if len(given) else None
+
+
 def results(run, endpoints: list[Endpoint], items: list[JudgeItem], ratings: pd.DataFrame, n: int, seed: int) -> dict:
     """Per judge: requests, parsed and unparseable answers, parse rate and the method table;
     across judges: `agreement.agreement`."""
@@ -375,10 +385,15 @@ def results(run, endpoints: list[Endpoint], items: list[JudgeItem], ratings: pd.
         per_item = r.groupby("text_id")["parsed"].first()
         parsed = int(per_item.sum())
         table = method_table(r, seed)
+        position = position_effect(r)
+        if position:  # beside each mean, what the letters alone would have given it
+            alone = {(x["role"], x["method"]): x["mean"] for x in position["expected"]}
+            table["from_letters"] = [alone.get((ro, m)) for ro, m in zip(table["role"], table["method"])]
         judges[e.name] = {"endpoint": e.describe(), "requests": len(per_item), "parsed": parsed,
                           "unparseable": int(len(per_item) - parsed),
                           "parse_rate": parsed / len(per_item) if len(per_item) else None,
-                          "identical_rated_alike": identical_alike(r),
+                          "identical_rated_alike": identical_alike(r), "copied_reasons": copied_reasons(r),
+                          "position": position and {k: v for k, v in position.items() if k != "expected"},
                           "table": [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in row.items()}
                                     for row in table.to_dict("records")]}
     from .labels import concepts_digest
@@ -418,17 +433,35 @@ def stale_methods(run_dir: str | Path, res: dict) -> list[str]:
     return [m for m, d in (res.get("concepts") or {}).items() if d is not None and d != concepts_digest(run_dir, m)]
 
 
+def judge_checks(j: dict) -> str:
+    """One judge's checks in a sentence: the letter effect, copied reasons, identical concepts."""
+    pct = lambda v: "–" if v is None else f"{100 * v:.0f}%"  # noqa: E731
+    pos = j.get("position") or {}
+    letters = ", ".join(f"{k} {v:.2f}" for k, v in (pos.get("by_letter") or {}).items())
+    return (f"the letter a concept was shown under explains {pct(pos.get('eta_squared'))} of the ratings' variance "
+            f"(mean rating by letter: {letters}); {pct(j.get('copied_reasons'))} of its reasons repeat the worked "
+            f"example's; it rated {pct(j.get('identical_rated_alike'))} of identical concepts alike.")
+
+
 def judge_table(res: dict) -> str:
     """The results as markdown: one row per judge, role and method, then the agreement."""
-    lines = ["| judge | parse rate | role | method | n | mean rating [95% CI] | rank |",
-             "|---|---:|---|---|---:|---:|---:|"]
+    lines = ["| judge | parse rate | role | method | n | mean rating [95% CI] | rank | from the letters alone |",
+             "|---|---:|---|---|---:|---:|---:|---:|"]
+    checks = []
     for name, j in res["judges"].items():
         rate = f"{j['parsed']}/{j['requests']}"
         if not j["table"]:
-            lines.append(f"| {name} | {rate} | – | – | 0 | – | – |")
+            lines.append(f"| {name} | {rate} | – | – | 0 | – | – | – |")
         for row in j["table"]:
             ci = f"{row['mean']:.2f} [{row['low']:.2f}, {row['high']:.2f}]" if row["mean"] is not None else "–"
-            lines.append(f"| {name} | {rate} | {row['role']} | {row['method']} | {row['n']} | {ci} | {row['rank']:g} |")
+            alone = "–" if row.get("from_letters") is None else f"{row['from_letters']:.2f}"
+            lines.append(f"| {name} | {rate} | {row['role']} | {row['method']} | {row['n']} | {ci} | {row['rank']:g} "
+                         f"| {alone} |")
+        if j.get("position"):
+            checks.append(f"{name}: {judge_checks(j)}")
+    if checks:
+        lines += ["", "Checks on each judge (a judge that reads the concepts has a small letter effect, its own "
+                      "reasons, and rates identical concepts alike): " + " ".join(checks)]
     a = res.get("agreement")
     if a:
         fmt = lambda v: "–" if v is None else f"{v:.2f}"  # noqa: E731
