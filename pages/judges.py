@@ -149,10 +149,13 @@ for m in run.methods_built():
     st.caption(vqlc_ui.plain(f"{len(entries)} concepts labelled, {named} with a name, "
                              f"{sum(bool(e.get('edited')) for e in entries.values())} edited by hand; labeller "
                              f"{who.get('model', 'none')}."))
-    st.dataframe(labels.labels_frame(entries), hide_index=True,
+    frame = labels.labels_frame(entries)
+    st.dataframe(frame, hide_index=True,
                  column_config={"detection": st.column_config.NumberColumn(
                      "detection", format="%.2f", help="balanced accuracy of telling held-out members from "
                                                       "non-members by the label (0.5 = chance)")})
+    st.download_button(f"Labels of {m} (CSV)", frame.to_csv(index=False).encode(), f"{name}_{m}_labels.csv",
+                       "text/csv", on_click="ignore", key=f"labels_csv_{m}")
 if not any_labels:
     st.info(f"No concept of run '{name}' has a label yet. `python -m vqlc_core label --run {name} --method vqlc "
             "--max-concepts 20` labels the 20 largest with the offline default, or open a concept on the Concepts "
