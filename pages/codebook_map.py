@@ -14,6 +14,7 @@ st.caption("One point per concept (UMAP of the concept vectors, computed at buil
            "colour = dominant class. Click a point to open the concept.")
 df = vqlc_ui.concept_map(str(run.dir), vqlc_ui.stamp(run), method).copy()
 df["marker"] = marker_size(df["size"])
+df["top_words"] = df["top_words"].map(html.escape)  # plotly's hover reads tags; words from the corpus are text
 cs = vqlc_ui.concepts(str(run.dir), vqlc_ui.stamp(run), method)
 fig = px.scatter(df, x="x", y="y", size="marker", size_max=28, color="dominant_class", custom_data=["concept"],
                  hover_name=[html.escape(cs.label(int(k))) for k in df["concept"]], height=560,
