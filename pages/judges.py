@@ -153,7 +153,9 @@ for m in run.methods_built():
     st.dataframe(frame, hide_index=True,
                  column_config={"detection": st.column_config.NumberColumn(
                      "detection", format="%.2f", help="balanced accuracy of telling held-out members from "
-                                                      "non-members by the label (0.5 = chance)")})
+                                                      "non-members by the label (0.5 = chance)"),
+                                "detection_low": st.column_config.NumberColumn("95% low", format="%.2f"),
+                                "detection_high": st.column_config.NumberColumn("95% high", format="%.2f")})
     st.download_button(f"Labels of {m} (CSV)", frame.to_csv(index=False).encode(), f"{name}_{m}_labels.csv",
                        "text/csv", on_click="ignore", key=f"labels_csv_{m}")
 if not any_labels:

@@ -92,6 +92,15 @@ def test_detection_is_scored_by_balanced_accuracy_over_the_answers_that_parsed()
     assert score["balanced_accuracy"] == pytest.approx((2 / 3 + 1 / 2) / 2)
     assert (score["members"], score["non_members"], score["unparseable"]) == (4, 2, 1)
     assert labels.balanced_accuracy([None], [False])["balanced_accuracy"] is None
+    assert score["low"] <= score["balanced_accuracy"] <= score["high"]
+    perfect = labels.balanced_accuracy([True] * 5, [False] * 5)
+    assert perfect["balanced_accuracy"] == perfect["low"] == perfect["high"] == 1.0  # no variation to resample
+    few, many = labels.balanced_accuracy([True, False] * 3, [False, True] * 3), \
+        labels.balanced_accuracy([True, False] * 300, [False, True] * 300)
+    assert few["balanced_accuracy"] == many["balanced_accuracy"] == 0.5
+    assert few["high"] - few["low"] > 4 * (many["high"] - many["low"])  # 6 answers a side say little
+    assert labels.balanced_accuracy([True, False], [False], seed=3) == labels.balanced_accuracy([True, False], [False],
+                                                                                                  seed=3)
 
 
 # --- sampling and statistics ---------------------------------------------------------------

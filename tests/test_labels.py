@@ -65,12 +65,13 @@ def test_a_label_the_model_agreed_on_shows_its_status_agreement_and_detection(ru
     k = a_word_concept(run)
     entry = {"concept": k, "kind": "word", "status": "clear", "name": "film words", "description": "Film terms.",
              "agreement": 2, "samples": [], "unparseable": 1, "n_shown": 20, "edited": False,
-             "detection": {"balanced_accuracy": 0.75, "members": 4, "non_members": 4, "unparseable": 0}}
+             "detection": {"balanced_accuracy": 0.75, "low": 0.5, "high": 1.0, "members": 4, "non_members": 4,
+                           "unparseable": 0}}
     labels._save(run.dir, "vqlc", {k: entry})
     assert run.concept_set("vqlc").label(k) == f"c{k}: film words"
-    assert labels.label_facts(entry) == ("LLM label: clear, 2/3 samples agree, detection 0.75 balanced accuracy. "
-                                         "Film terms.")
-    assert "| film words | 2/3 | 0.75 |" in labels.labels_table({k: entry})
+    assert labels.label_facts(entry) == ("LLM label: clear, 2/3 samples agree, detection 0.75 [0.50, 1.00] balanced "
+                                         "accuracy on 4 + 4 held-out contexts. Film terms.")
+    assert "| film words | 2/3 | 0.75 [0.50, 1.00] |" in labels.labels_table({k: entry})
     no_name = {**entry, "name": None, "agreement": 1, "detection": None}
     labels._save(run.dir, "vqlc", {k: no_name})
     assert "(edited)" not in run.concept_set("vqlc").label(k) and "film" not in run.concept_set("vqlc").label(k)

@@ -4,7 +4,7 @@ model, which answers {status: clear | mixed | no pattern, name: at most four wor
 one sentence}; three samples are drawn and a name is kept only when at least two agree (case and
 spacing aside). A kept name is scored by detection: the model sees held-out member contexts and
 as many non-member contexts, one at a time, and says whether the marked word fits the label;
-the score is the balanced accuracy of its yes/no answers.
+the score is the balanced accuracy of its yes/no answers, with a 95% bootstrap interval.
 
 Labels are stored per method in `<run>/llm/labels_<method>.json`, with the digest of the concept
 assignments they name (`concepts_digest`): a rebuilt method's concepts are other concepts, so
@@ -198,13 +198,23 @@ def parse_yes_no(content: str | None) -> bool | None:
     return None if m is None else m.group(1).lower() == "yes"
 
 
-def balanced_accuracy(member_says: list[bool | None], other_says: list[bool | None]) -> dict:
+N_BOOT = 1000  # bootstrap draws of a detection score's interval
+
+
+def balanced_accuracy(member_says: list[bool | None], other_says: list[bool | None], seed: int = 0) -> dict:
     """Detection score: (true positive rate + true negative rate) / 2 over the answers that
-    parsed; None when either side has no parsed answer."""
-    yes = [s for s in member_says if s is not None]
-    no = [s for s in other_says if s is not None]
-    score = (np.mean(yes) + np.mean([not s for s in no])) / 2 if yes and no else None
-    return {"balanced_accuracy": None if score is None else float(score), "members": len(member_says),
+    parsed, with a seeded 95% bootstrap interval (members and non-members resampled apart: with
+    5 of each it is wide, and says so); None when either side has no parsed answer."""
+    yes = np.asarray([s for s in member_says if s is not None], dtype=float)
+    no = 1.0 - np.asarray([s for s in other_says if s is not None], dtype=float)
+    score = low = high = None
+    if len(yes) and len(no):
+        score = float((yes.mean() + no.mean()) / 2)
+        rng = np.random.default_rng(seed)
+        boots = (yes[rng.integers(0, len(yes), (N_BOOT, len(yes)))].mean(1)
+                 + no[rng.integers(0, len(no), (N_BOOT, len(no)))].mean(1)) / 2
+        low, high = (float(v) for v in np.percentile(boots, [2.5, 97.5]))
+    return {"balanced_accuracy": score, "low": low, "high": high, "members": len(member_says),
             "non_members": len(other_says), "unparseable": (len(member_says) - len(yes)) + (len(other_says) - len(no))}
 
 
@@ -348,6 +358,10 @@ def shown_name(entry: dict | None) -> str | None:
     return f"{entry['name']} (edited)" if entry.get("edited") else str(entry["name"])
 
 
+def _interval(det: dict) -> str:
+    return "" if det.get("low") is None else f" [{det['low']:.2f}, {det['high']:.2f}]"
+
+
 def label_facts(entry: dict | None) -> str | None:
     """One plain line on where a named label comes from and how well it scored, with its
     description; None when the entry has no name."""
@@ -356,8 +370,10 @@ def label_facts(entry: dict | None) -> str | None:
     if entry.get("edited"):
         head = "Label written by hand"
     else:
-        det = (entry.get("detection") or {}).get("balanced_accuracy")
-        score = "not scored" if det is None else f"detection {det:.2f} balanced accuracy"
+        det = entry.get("detection") or {}
+        score = ("not scored" if det.get("balanced_accuracy") is None else
+                 f"detection {det['balanced_accuracy']:.2f}{_interval(det)} balanced accuracy on "
+                 f"{det.get('members', 0)} + {det.get('non_members', 0)} held-out contexts")
         head = (f"LLM label: {entry.get('status') or 'no status'}, {entry.get('agreement', 0)}/{N_SAMPLES} samples "
                 f"agree, {score}")
     description = (entry.get("description") or "").strip()
@@ -472,9 +488,12 @@ def labels_frame(entries: dict[int, dict]) -> pd.DataFrame:
     detection (balanced accuracy, None when not scored) and description."""
     rows = [{"concept": int(k), "status": e.get("status"), "name": e.get("name"), "edited": bool(e.get("edited")),
              "agreement": None if e.get("edited") else f"{e.get('agreement', 0)}/{N_SAMPLES}",
-             "detection": (e.get("detection") or {}).get("balanced_accuracy"), "description": e.get("description")}
+             "detection": (e.get("detection") or {}).get("balanced_accuracy"),
+             "detection_low": (e.get("detection") or {}).get("low"), "detection_high": (e.get("detection") or {}).get("high"),
+             "description": e.get("description")}
             for k, e in sorted(entries.items())]
-    return pd.DataFrame(rows, columns=["concept", "status", "name", "edited", "agreement", "detection", "description"])
+    return pd.DataFrame(rows, columns=["concept", "status", "name", "edited", "agreement", "detection", "detection_low",
+                                       "detection_high", "description"])
 
 
 def labels_meta(run_dir: str | Path, method: str) -> dict:
@@ -485,10 +504,12 @@ def labels_meta(run_dir: str | Path, method: str) -> dict:
 
 def labels_table(entries: dict[int, dict]) -> str:
     """Labels as markdown: concept, status, name, agreement, detection score."""
-    lines = ["| concept | status | name | agreement | detection (balanced acc.) | description |",
+    lines = ["| concept | status | name | agreement | detection (balanced acc. [95% CI]) | description |",
              "|---:|---|---|---:|---:|---|"]
     for r in labels_frame(entries).itertuples():
         score = "–" if r.detection is None or pd.isna(r.detection) else f"{r.detection:.2f}"
+        if score != "–" and r.detection_low is not None and not pd.isna(r.detection_low):
+            score += f" [{r.detection_low:.2f}, {r.detection_high:.2f}]"
         name = (r.name or "–") + (" (edited)" if r.edited else "")
         cells = [str(r.concept), r.status or "–", name, r.agreement or "–", score,
                  (r.description or "").replace("|", "/")]
