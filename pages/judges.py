@@ -38,20 +38,19 @@ else:
         st.subheader(f"Judge: {jname}")
         ep = j.get("endpoint", {})
         st.caption(vqlc_ui.plain(f"{ep.get('model', '?')} at {ep.get('server') or ep.get('url') or '?'}"))
-        pct = lambda v: "–" if v is None else f"{v:.0%}"  # noqa: E731
         a, b, c, d, e = st.columns(5)
-        a.metric("Parse rate", pct(j.get("parse_rate")),
+        a.metric("Parse rate", judge.percent(j.get("parse_rate")),
                  help=f"{j['parsed']} of {j['requests']} answers parsed; {j['unparseable']} could not be read and "
                       "are left out")
         b.metric("Sentences rated", j["parsed"])
-        c.metric("Identical concepts rated alike", pct(j.get("identical_rated_alike")),
+        c.metric("Identical concepts rated alike", judge.percent(j.get("identical_rated_alike")),
                  help="where two letters showed the same concept for one sentence, the share the judge rated alike, "
                       "as it was told to: a check on how closely it reads")
         position = j.get("position") or {}
-        d.metric("Variance explained by the letter", pct(position.get("eta_squared")),
+        d.metric("Variance explained by the letter", judge.percent(position.get("eta_squared")),
                  help="the share of the ratings' variance that the letter a concept was shown under explains (eta "
                       "squared); letters are shuffled per sentence, so a judge that reads the concepts keeps it small")
-        e.metric("Reasons copied from the example", pct(j.get("copied_reasons")),
+        e.metric("Reasons copied from the example", judge.percent(j.get("copied_reasons")),
                  help="the share of its reasons that repeat the worked example's word for word")
         if position.get("by_letter"):
             st.caption("Mean rating by letter: " + ", ".join(f"{k} {v:.2f}" for k, v in position["by_letter"].items())
@@ -131,8 +130,7 @@ st.caption("`vqlc label` shows a model 20 member contexts of a concept, draws th
 any_labels = False
 for m in run.methods_built():
     with vqlc_ui.guard():
-        state = labels.labels_state(run.dir, m)
-        entries = labels.load_labels(run.dir, m)
+        state, entries, meta = labels.read_labels(run.dir, m)
     if state == "none":
         continue
     any_labels = True
@@ -141,7 +139,6 @@ for m in run.methods_built():
         st.warning(f"The labels of {m} name an earlier build of its concepts and are not shown; run `vqlc label --run "
                    f"{name} --method {m}` again.")
         continue
-    meta = labels.labels_meta(run.dir, m)
     who = meta.get("labeller") or {}
     if meta.get("note"):
         st.warning(meta["note"], icon=":material/warning:")

@@ -159,7 +159,7 @@ def test_a_judge_that_rates_by_letter_is_told_apart_from_one_that_reads_the_conc
     ratings = _lettered(lambda m, letter: {"vqlc": 3, "kmeans": 2, "lacoat": 2, "sae": 1}[m])
     reader = position_effect(ratings)
     assert reader["eta_squared"] < 0.1  # letters are shuffled: they explain little of a reader's ratings
-    alone = {x["method"]: x["mean"] for x in reader["expected"]}
+    alone = {m: mean for (_, m), mean in reader["from_letters"].items()}
     assert all(abs(v - ratings["rating"].mean()) < 0.3 for v in alone.values())  # letters alone: near the mean
     assert position_effect(ratings.assign(parsed=False)) is None
 

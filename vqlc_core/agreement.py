@@ -54,7 +54,7 @@ def position_effect(ratings: pd.DataFrame) -> dict | None:
     """How far one judge's ratings follow the letter a concept was shown under rather than the
     concept: the mean rating per letter, the share of the ratings' variance the letter explains
     (eta squared of a one-way analysis by letter) and, per method and role, the mean rating the
-    letters alone would give it (each of its ratings replaced by its letter's mean; letters are
+    letters alone would give it, keyed (role, method) (each of its ratings replaced by its letter's mean; letters are
     shuffled per sentence, so a judge that reads the concepts leaves this near the overall mean).
     None when no answer parsed."""
     ok = ratings[ratings["parsed"]]
@@ -67,7 +67,7 @@ def position_effect(ratings: pd.DataFrame) -> dict | None:
     from_letters = ok.assign(expected=expected).groupby(["role", "method"])["expected"].mean()
     return {"by_letter": {str(k): float(v) for k, v in by_letter.sort_index().items()},
             "eta_squared": between / total if total > 0 else None,
-            "expected": [{"role": r, "method": m, "mean": float(v)} for (r, m), v in from_letters.items()]}
+            "from_letters": {(r, m): float(v) for (r, m), v in from_letters.items()}}
 
 
 def item_matrix(ratings: pd.DataFrame) -> pd.DataFrame:

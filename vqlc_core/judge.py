@@ -386,14 +386,13 @@ def results(run, endpoints: list[Endpoint], items: list[JudgeItem], ratings: pd.
         parsed = int(per_item.sum())
         table = method_table(r, seed)
         position = position_effect(r)
-        if position:  # beside each mean, what the letters alone would have given it
-            alone = {(x["role"], x["method"]): x["mean"] for x in position["expected"]}
-            table["from_letters"] = [alone.get((ro, m)) for ro, m in zip(table["role"], table["method"])]
+        alone = position.pop("from_letters") if position else {}  # beside each mean, what the letters alone give
+        table["from_letters"] = [alone.get(key) for key in zip(table["role"], table["method"])]
         judges[e.name] = {"endpoint": e.describe(), "requests": len(per_item), "parsed": parsed,
                           "unparseable": int(len(per_item) - parsed),
                           "parse_rate": parsed / len(per_item) if len(per_item) else None,
                           "identical_rated_alike": identical_alike(r), "copied_reasons": copied_reasons(r),
-                          "position": position and {k: v for k, v in position.items() if k != "expected"},
+                          "position": position,
                           "table": [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in row.items()}
                                     for row in table.to_dict("records")]}
     from .labels import concepts_digest
@@ -433,14 +432,18 @@ def stale_methods(run_dir: str | Path, res: dict) -> list[str]:
     return [m for m, d in (res.get("concepts") or {}).items() if d is not None and d != concepts_digest(run_dir, m)]
 
 
+def percent(v: float | None) -> str:
+    """A share as a whole percentage, '–' when there is none."""
+    return "–" if v is None else f"{v:.0%}"
+
+
 def judge_checks(j: dict) -> str:
     """One judge's checks in a sentence: the letter effect, copied reasons, identical concepts."""
-    pct = lambda v: "–" if v is None else f"{100 * v:.0f}%"  # noqa: E731
     pos = j.get("position") or {}
     letters = ", ".join(f"{k} {v:.2f}" for k, v in (pos.get("by_letter") or {}).items())
-    return (f"the letter a concept was shown under explains {pct(pos.get('eta_squared'))} of the ratings' variance "
-            f"(mean rating by letter: {letters}); {pct(j.get('copied_reasons'))} of its reasons repeat the worked "
-            f"example's; it rated {pct(j.get('identical_rated_alike'))} of identical concepts alike.")
+    return (f"the letter a concept was shown under explains {percent(pos.get('eta_squared'))} of the ratings' variance "
+            f"(mean rating by letter: {letters}); {percent(j.get('copied_reasons'))} of its reasons repeat the worked "
+            f"example's; it rated {percent(j.get('identical_rated_alike'))} of identical concepts alike.")
 
 
 def judge_table(res: dict) -> str:

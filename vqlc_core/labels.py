@@ -278,29 +278,33 @@ def is_stale(data: dict, digest: str | None) -> bool:
     return digest is not None and data.get(DIGEST) not in (None, digest)
 
 
-def labels_state(run_dir: str | Path, method: str) -> str:
-    """'none' (no labels file), 'stale' (its labels name an earlier build of the concepts) or
-    'current'."""
+def read_labels(run_dir: str | Path, method: str) -> tuple[str, dict[int, dict], dict]:
+    """The method's labels file in one read: its state ('none': no file; 'stale': its labels
+    name an earlier build of the concepts; 'current'), its entries by concept id (empty unless
+    current) and its own facts (labeller, seed, note)."""
     path = labels_path(run_dir, method)
     if not path.exists():
-        return "none"
-    return "stale" if is_stale(_read(path), concepts_digest(run_dir, method)) else "current"
+        return "none", {}, {}
+    data = _read(path)
+    meta = {k: v for k, v in data.items() if k != "concepts"}
+    if is_stale(data, concepts_digest(run_dir, method)):
+        return "stale", {}, meta
+    try:
+        return "current", {int(k): v for k, v in data.get("concepts", {}).items()}, meta
+    except (ValueError, TypeError) as err:
+        raise RunError(f"The labels file {path} is not valid ({err.__class__.__name__}); delete it and run "
+                       f"`vqlc label` again.") from err
+
+
+def labels_state(run_dir: str | Path, method: str) -> str:
+    """'none', 'stale' or 'current' (see `read_labels`)."""
+    return read_labels(run_dir, method)[0]
 
 
 def load_labels(run_dir: str | Path, method: str) -> dict[int, dict]:
     """concept id -> its label entry; empty when the method has no labels yet, or only labels of
     an earlier build of its concepts."""
-    path = labels_path(run_dir, method)
-    if not path.exists():
-        return {}
-    data = _read(path)
-    if is_stale(data, concepts_digest(run_dir, method)):
-        return {}
-    try:
-        return {int(k): v for k, v in data.get("concepts", {}).items()}
-    except (ValueError, TypeError) as err:
-        raise RunError(f"The labels file {path} is not valid ({err.__class__.__name__}); delete it and run "
-                       f"`vqlc label` again.") from err
+    return read_labels(run_dir, method)[1]
 
 
 def _save(run_dir: str | Path, method: str, entries: dict[int, dict], meta: dict | None = None) -> None:
@@ -486,20 +490,15 @@ def label_method(run, method: str, endpoint: Endpoint, ids: list[int] | None = N
 def labels_frame(entries: dict[int, dict]) -> pd.DataFrame:
     """Labels as a table: concept, status, name, edited, agreement (samples giving the name),
     detection (balanced accuracy, None when not scored) and description."""
-    rows = [{"concept": int(k), "status": e.get("status"), "name": e.get("name"), "edited": bool(e.get("edited")),
-             "agreement": None if e.get("edited") else f"{e.get('agreement', 0)}/{N_SAMPLES}",
-             "detection": (e.get("detection") or {}).get("balanced_accuracy"),
-             "detection_low": (e.get("detection") or {}).get("low"), "detection_high": (e.get("detection") or {}).get("high"),
-             "description": e.get("description")}
-            for k, e in sorted(entries.items())]
+    rows = []
+    for k, e in sorted(entries.items()):
+        det = e.get("detection") or {}
+        rows.append({"concept": int(k), "status": e.get("status"), "name": e.get("name"), "edited": bool(e.get("edited")),
+                     "agreement": None if e.get("edited") else f"{e.get('agreement', 0)}/{N_SAMPLES}",
+                     "detection": det.get("balanced_accuracy"), "detection_low": det.get("low"),
+                     "detection_high": det.get("high"), "description": e.get("description")})
     return pd.DataFrame(rows, columns=["concept", "status", "name", "edited", "agreement", "detection", "detection_low",
                                        "detection_high", "description"])
-
-
-def labels_meta(run_dir: str | Path, method: str) -> dict:
-    """The labels file's own facts (labeller, seed, contexts shown), without its labels."""
-    path = labels_path(run_dir, method)
-    return {k: v for k, v in _read(path).items() if k != "concepts"} if path.exists() else {}
 
 
 def labels_table(entries: dict[int, dict]) -> str:

@@ -91,8 +91,8 @@ def label_editor(run: Run, method: str, k: int) -> None:
                                  placeholder="a few words, e.g. number words")
             description = st.text_input("Description (optional)", value=entry.get("description") or "",
                                         placeholder="one sentence on what the members share")
-            status = st.selectbox("Status", STATUSES, index=STATUSES.index(entry.get("status") or "clear")
-                                  if (entry.get("status") or "clear") in STATUSES else 0)
+            status = st.selectbox("Status", STATUSES, index=STATUSES.index(entry["status"])
+                                  if entry.get("status") in STATUSES else 0)
             saved = st.form_submit_button("Save the label", type="primary")
         if saved:
             with guard():
