@@ -1,6 +1,7 @@
 """Explain: one input's prediction, every word coloured by its concept, and the prediction and
 salient-word concepts with a toggle each that ablates the concept live; the prediction they give
-is shown above the cards and stays in view beside them."""
+is shown above the cards and stays in view beside them. The prediction concept is also shown by
+its sentences (its nearest train prediction rows) and its share of word rows."""
 
 import html
 
@@ -40,4 +41,5 @@ with cols[0]:
 with cols[1]:
     st.markdown("**Prediction representation: top concepts**")
     st.dataframe(ex["methods"][method]["prediction_concepts"], hide_index=True)
+    vqlc_ui.prediction_concept(run, method, ex)
     vqlc_ui.pin_button(run, method, text, key="pin_explain")

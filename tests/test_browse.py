@@ -1,5 +1,5 @@
-"""The dashboard's data helpers: concept colours, word spans, word search, contexts, HTML, pages
-of the concept grid and the cost table."""
+"""The dashboard's data helpers: concept colours, word spans, word search, contexts, prediction
+concepts shown by their nearest train sentences, HTML, pages of the concept grid and the cost table."""
 
 import colorsys
 import json
@@ -64,6 +64,76 @@ def test_concepts_with_word_counts_members_case_insensitively():
     hits = browse.concepts_with_word(tokens, assignments, " GOOD ")
     assert hits.to_dict("list") == {"concept": [2, 1], "count": [2, 1]}
     assert browse.concepts_with_word(tokens, assignments, "").empty
+
+
+# A hand-made store for prediction concepts: (text_id, split, word_index, word, kind, concept, vector).
+# Concept 0's vector is the origin; its train prediction rows lie at distances 3, 1 and 2, a train
+# word and the test and dev prediction rows lie nearer. Concept 2 has no train member at all.
+PREDICTION_ROWS = [
+    (0, "train", 0, "a", "word", 1, (5.0, 5.0)), (0, "train", 1, "good", "word", 0, (0.0, 0.1)),
+    (0, "train", 2, "film", "word", 1, (5.0, 4.0)), (0, "train", -1, "[PRED]", "pred", 0, (3.0, 0.0)),
+    (1, "train", 0, "so", "word", 1, (4.0, 5.0)), (1, "train", 1, "bad", "word", 1, (4.0, 4.0)),
+    (1, "train", -1, "[PRED]", "pred", 0, (0.0, 1.0)),
+    (2, "train", 0, "fine", "word", 1, (6.0, 5.0)), (2, "train", -1, "[PRED]", "pred", 0, (-2.0, 0.0)),
+    (3, "train", 0, "the", "word", 1, (5.0, 6.0)), (3, "train", 1, "end", "word", 1, (6.0, 6.0)),
+    (3, "train", -1, "[PRED]", "pred", 1, (5.0, 5.5)),
+    (4, "test", 0, "great", "word", 0, (0.0, 0.0)), (4, "test", -1, "[PRED]", "pred", 0, (0.0, 0.0)),
+    (5, "dev", 0, "dull", "word", 0, (0.1, 0.0)), (5, "dev", -1, "[PRED]", "pred", 0, (0.5, 0.0)),
+    (6, "test", 0, "meh", "word", 2, (9.0, 9.0)), (6, "test", -1, "[PRED]", "pred", 2, (9.0, 9.0)),
+]
+PREDICTION_TEXTS = pd.DataFrame({"text_id": range(7), "text": ["a good film", "so bad", "fine", "the end", "great",
+                                                                "dull", "meh"]})
+
+
+@pytest.fixture
+def prediction_store():
+    from vqlc_core.concepts import ConceptSet, summarize
+    from vqlc_core.store import ArrayStore
+
+    t, split, wi, word, kind, concept, x = map(list, zip(*PREDICTION_ROWS))
+    tokens = pd.DataFrame({"text_id": t, "split": split, "word_index": wi, "word": word, "kind": kind, "label": 0})
+    assignments = np.array(concept)
+    vectors = np.array([[0.0, 0.0], [5.0, 5.0], [9.0, 9.0]], dtype=np.float32)
+    cs = ConceptSet("kmeans", assignments, vectors, summarize(tokens, assignments, 3, ["negative", "positive"]),
+                    ["negative", "positive"])
+    return tokens, ArrayStore(np.array(x, dtype=np.float32), tokens, chunk_rows=4), cs
+
+
+def test_a_prediction_concept_is_shown_by_its_train_prediction_rows_nearest_its_vector_first(prediction_store):
+    tokens, store, cs = prediction_store
+    shown = browse.nearest_prediction_members(PREDICTION_TEXTS, tokens, store, cs, 0, batch_size=2)
+    assert shown["text_ids"] == [1, 2, 0] and shown["texts"] == ["so bad", "fine", "a good film"]
+    assert shown["distances"] == pytest.approx([1.0, 2.0, 3.0])
+    assert browse.nearest_prediction_members(PREDICTION_TEXTS, tokens, store, cs, 0, n=2)["text_ids"] == [1, 2]
+
+
+def test_a_test_or_dev_prediction_row_is_never_shown_even_at_the_concept_vector(prediction_store):
+    tokens, store, cs = prediction_store
+    shown = browse.nearest_prediction_members(PREDICTION_TEXTS, tokens, store, cs, 0, n=10)
+    assert not {4, 5} & set(shown["text_ids"]) and len(shown["texts"]) == 3
+    empty = browse.nearest_prediction_members(PREDICTION_TEXTS, tokens, store, cs, 2)  # test rows only
+    assert empty["texts"] == [] and empty["size"] == 0 and np.isnan(empty["word_share"])
+
+
+def test_the_word_share_counts_the_train_members_only(prediction_store):
+    tokens, store, cs = prediction_store
+    shares = [browse.nearest_prediction_members(PREDICTION_TEXTS, tokens, store, cs, k)["word_share"] for k in (0, 1)]
+    assert shares == pytest.approx([1 / 4, 7 / 8])  # "good" and 3 predictions; 7 words and 1 prediction
+    assert browse.word_share({"size": 19031, "n_pred": 571}) == pytest.approx(0.97, abs=1e-3)
+    assert np.isnan(browse.word_share({"size": 0, "n_pred": 0}))
+    assert [browse.percent(x) for x in (686 / 689, 0.29, 1.0, 0.0)] == ["99%", "29%", "100%", "0%"]  # never "all" early
+
+
+def test_the_mostly_words_message_is_one_sentence_only_when_word_rows_dominate(prediction_store):
+    _, _, cs = prediction_store
+    assert browse.mostly_words_message(cs, 1) == (
+        "The prediction representation falls into c1, a concept made mostly of word rows (87% of its 8 train "
+        "members are words), so it names the prediction poorly.")
+    assert browse.mostly_words_message(cs, 0) is None  # mostly prediction rows
+    assert browse.mostly_words_message(cs, 2) is None  # no train member
+    half = cs.summary.copy()
+    half.loc[1, ["size", "n_pred"]] = [8, 4]
+    assert browse.mostly_words_message(type(cs)("kmeans", cs.assignments, cs.vectors, half, cs.class_names), 1) is None
 
 
 def test_colored_sentence_escapes_user_text_and_labels():

@@ -177,3 +177,29 @@ def test_concepts_need_train_rows(table):
     x = np.zeros((len(ROWS), 3), np.float32)
     with pytest.raises(ValueError, match="No train rows"):
         ConceptSet.from_assignments("kmeans", ArrayStore(x, tokens.assign(split="test")), assignments, 4, CLASSES)
+
+
+def test_each_concept_vector_definition_equals_a_hand_computation():
+    """'train': the mean of a concept's train members; 'fitset': of its train members among the fit
+    rows (a concept with none there keeps its train mean); 'centre': the centres given (the
+    fit-set mean without them); test rows shape none of them."""
+    rng = np.random.default_rng(1)
+    assignments = np.array([0, 0, 1, 1, 0, 1, 2, 2, 0, 1, 2, 0])
+    splits = ["train", "train", "train", "test", "dev", "train", "train", "test", "test", "train", "train", "train"]
+    x = rng.normal(size=(12, 4)).astype(np.float32)
+    store = split_store(x, splits, assignments)
+    fit = np.array([0, 2, 3, 5, 11])  # test row 3 among the fit rows; no fit row of concept 2
+    centres = rng.normal(size=(3, 4)).astype(np.float32)
+    cs = ConceptSet.from_assignments("kmeans", store, assignments, 3, CLASSES, fit_rows=fit, centres=centres,
+                                     vectors="fitset")
+    train = np.array(splits) == "train"
+    by_train = np.stack([x[train & (assignments == k)].mean(0) for k in range(3)])
+    by_fit = np.stack([x[[0, 11]].mean(0), x[[2, 5]].mean(0), by_train[2]])
+    assert np.allclose(cs.vectors, by_fit, atol=1e-6) and cs.info["concept_vectors"] == "fitset"
+    assert np.allclose(cs.with_vectors("train").vectors, by_train, atol=1e-6)
+    assert np.allclose(cs.with_vectors("centre").vectors, centres)
+    assert np.allclose(cs.with_vectors("train").mean, x[train].mean(0), atol=1e-6)  # one mean for every definition
+    plain = ConceptSet.from_assignments("kmeans", store, assignments, 3, CLASSES, fit_rows=fit, vectors="centre")
+    assert np.allclose(plain.vectors, by_fit, atol=1e-6)  # no centres of its own: the fit-set mean
+    with pytest.raises(RunError, match="choose one of fitset, train, centre"):
+        cs.with_vectors("median")

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from tests.test_explain import explainer, setup  # noqa: F401 (module fixtures)
-from vqlc_core.faithfulness import (COLUMNS, CONTROL, CONTROLS, TARGETS, faithfulness, paired_differences,
-                                    removed_energy, summarize_faithfulness)
+from vqlc_core.faithfulness import (COLUMNS, CONTROL, CONTROLS, MATCHED, PREDICTION, SALIENT, TARGETS, faithfulness,
+                                    match_energy, matched_differences, paired_differences, removed_energy,
+                                    span_energy, summarize_faithfulness)
 
 N_TEXTS = 24
 
@@ -27,12 +28,15 @@ def rows(explainer, texts):
 def test_every_method_target_and_sentence_is_one_row(rows, setup):
     assert list(rows.columns) == COLUMNS
     pairs = set(zip(rows["method"], rows["target"]))
-    assert pairs == {(CONTROL, t) for t in CONTROLS} | {(m, t) for m in setup["methods"] for t in TARGETS}
+    matched_concepts = (MATCHED[PREDICTION][0], MATCHED[SALIENT][0])  # matched directions need the covariance
+    assert pairs == ({(CONTROL, t) for t in CONTROLS} | {(m, t) for m in setup["methods"] for t in TARGETS}
+                     | {(m, t) for m in setup["methods"] for t in matched_concepts})
+    salient_sets = (SALIENT, MATCHED[SALIENT][0])
     for (method, target), g in rows.groupby(["method", "target"]):
         assert g["text_index"].is_unique and set(g["text_index"]) <= set(range(N_TEXTS))
-        if target != "salient-word concepts":  # a sentence without an eligible salient word has no row
+        if target not in salient_sets:  # a sentence without an eligible salient word has no row
             assert len(g) == N_TEXTS
-    single = rows[rows["target"] != "salient-word concepts"]
+    single = rows[~rows["target"].isin(salient_sets)]
     assert (single["n_directions"] == 1).all()
     assert rows["energy"].between(0, 1).all() and rows["conf_drop"].between(-1, 1).all()
 
@@ -63,7 +67,7 @@ def test_the_controls_are_seeded_and_do_not_depend_on_batching(explainer, texts,
     again = faithfulness(explainer, texts, seed=0, progress=False, batch_size=5)
     pd.testing.assert_frame_equal(rows, again, atol=1e-5, check_exact=False)
     other = faithfulness(explainer, texts, seed=1, progress=False, batch_size=8)
-    random = rows["target"].isin(["random direction", "random concept"])
+    random = rows["target"].isin(["random direction", "random concept", *MATCHED[PREDICTION], *MATCHED[SALIENT]])
     pd.testing.assert_frame_equal(rows[~random], other[~random], atol=1e-5, check_exact=False)
     for target in ("random direction", "random concept"):
         a, b = (r[r["target"] == target]["energy"].to_numpy() for r in (rows, other))
@@ -121,3 +125,56 @@ def test_paired_differences_find_a_shift_that_the_sentences_noise_would_hide():
     # unpaired, the two means' intervals overlap: the sentence-to-sentence spread (0.05) dwarfs 0.01
     s = summarize_faithfulness(pd.concat([a, b])).set_index("method")
     assert s.at["kmeans", "conf_drop_high"] > s.at["vqlc", "conf_drop_low"]
+
+
+def test_the_energy_matched_controls_remove_energy_close_to_their_targets(explainer, texts, setup):
+    """On the real MiniLM: the matched other concept and the matched N(0, Σ) direction remove,
+    sentence by sentence, energy close to the prediction concept's, far closer than the random
+    other concept does; a matched salient span has as many directions as the target's."""
+    from vqlc_core.evaluate import train_covariance
+
+    cov = train_covariance(setup["store"])  # the fixture's store of real MiniLM rows
+    rows = faithfulness(explainer, texts, seed=0, progress=False, batch_size=8, cov=cov)
+    for method in explainer.methods:
+        mine = rows[rows["method"] == method].pivot(index="text_index", columns="target", values="energy")
+        target = mine[PREDICTION]
+        for control in MATCHED[PREDICTION]:
+            assert abs(mine[control].mean() / target.mean() - 1) < 0.10, (method, control)
+            assert (mine[control] - target).abs().median() < (mine["random concept"] - target).abs().median()
+        dirs = rows[rows["method"] == method].pivot(index="text_index", columns="target", values="n_directions")
+        has = dirs[SALIENT].notna()
+        assert (dirs.loc[has, MATCHED[SALIENT][1]] == dirs.loc[has, SALIENT]).all()
+
+
+def test_match_energy_picks_the_row_and_the_span_closest_in_energy():
+    rng = np.random.default_rng(0)
+    unit = rng.normal(size=(200, 10))
+    unit /= np.linalg.norm(unit, axis=1, keepdims=True)
+    h = rng.normal(size=10)
+    single = (unit @ h) ** 2 / (h @ h)
+    allowed = np.ones(200, bool)
+    allowed[7] = False
+    pick = match_energy(h, unit, single, allowed, single[7], 1, rng)
+    others = np.delete(np.arange(200), 7)
+    assert pick[0] == others[np.argmin(np.abs(single[others] - single[7]))]
+    target = span_energy(h, unit[[3, 4, 5]])
+    span = match_energy(h, unit, single, np.arange(200) > 5, target, 3, rng)
+    assert len(span) == 3 and (span > 5).all()
+    assert abs(span_energy(h, unit[span]) - target) < 0.1 * target
+    assert match_energy(h, unit, single, np.zeros(200, bool), 0.1, 1, rng) is None
+
+
+def test_a_target_is_measured_against_its_matched_control_sentence_by_sentence():
+    rng = np.random.default_rng(0)
+    base = rng.uniform(0, 0.5, size=300)  # each sentence's own difficulty, shared by target and control
+    rows = []
+    for target, shift in ((PREDICTION, 0.1), (MATCHED[PREDICTION][0], 0.0), (MATCHED[PREDICTION][1], 0.05)):
+        for i, b in enumerate(base):
+            rows.append({"method": "vqlc", "target": target, "text_index": i, "predicted": i % 2,
+                         "conf_drop": b + shift, "flipped": False, "energy": 0.1, "n_directions": 1})
+    got = matched_differences(pd.DataFrame(rows)).set_index("control")
+    assert got.loc[MATCHED[PREDICTION][0], "diff_conf_drop"] == pytest.approx(0.1)
+    assert got.loc[MATCHED[PREDICTION][1], "diff_conf_drop"] == pytest.approx(0.05)
+    assert got.loc[MATCHED[PREDICTION][0], "diff_conf_drop_low"] == pytest.approx(0.1)  # pairing removes the noise
+    by_class = matched_differences(pd.DataFrame(rows), by_class=True)
+    assert sorted(by_class["predicted"].unique()) == [0, 1] and (by_class["n_sentences"] == 150).all()

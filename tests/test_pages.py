@@ -102,6 +102,24 @@ def test_explain_shows_the_prediction_and_a_concept_for_every_word(cache_env):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("method", ["vqlc", "kmeans"])
+def test_explain_shows_the_prediction_concept_by_its_nearest_train_sentences(cache_env, method):
+    from vqlc_core import browse
+    from vqlc_ui import plain
+
+    at = rendered(page("explain", method=method, text=SENTENCE), f"explain ({method} prediction concept)")
+    k = int(at.dataframe[0].value["concept"].iloc[0])  # the top prediction concept of the table
+    run, cs = cache_env, cache_env.concept_set(method)
+    shown = browse.nearest_prediction_members(run.texts, run.store.tokens, run.store, cs, k)
+    assert shown["texts"], f"c{k} of {method} has no train prediction row to show"
+    assert "\n".join(f"- {plain(t)}" for t in shown["texts"]) in [m.value for m in at.markdown]
+    note = browse.mostly_words_message(cs, k)  # the share of word rows, in the note or a caption
+    share = f"Word rows: {browse.percent(shown['word_share'])} of its {shown['size']:,} train members."
+    assert [i.value for i in at.info] == ([plain(note)] if note else [])
+    assert (share in [c.value for c in at.caption]) == (note is None)
+
+
+@pytest.mark.slow
 def test_toggling_a_concept_changes_the_shown_confidence(cache_env):
     at = page("explain", text=SENTENCE)
     rendered(at, "explain")

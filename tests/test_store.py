@@ -74,3 +74,16 @@ def test_a_truncated_shard_is_refused_naming_the_stage_to_rebuild(tmp_path):
     np.save(tmp_path / ShardWriter.shard_name(1), x[:5].astype(np.float16))
     with pytest.raises(RunError, match=r"expected \(30, 8\) float16, got \(5, 8\).*rebuild the 'extract' stage"):
         ActivationStore(tmp_path)
+
+
+def test_a_capped_fit_set_keeps_every_prediction_row_and_samples_the_words():
+    from vqlc_core.store import cap_fit_set
+
+    rows = np.arange(0, 3000, 2)  # 1,500 rows, every tenth a prediction row
+    is_pred = (np.arange(len(rows)) % 10) == 0
+    capped = cap_fit_set(rows, is_pred, max_rows=1000, seed=0)
+    assert len(capped) == 1000 and np.all(np.diff(capped) > 0) and set(capped) <= set(rows)
+    assert set(rows[is_pred]) <= set(capped)  # all 150 prediction rows
+    assert np.array_equal(capped, cap_fit_set(rows, is_pred, max_rows=1000, seed=0))
+    assert not np.array_equal(capped, cap_fit_set(rows, is_pred, max_rows=1000, seed=1))
+    assert np.array_equal(cap_fit_set(rows, is_pred, max_rows=5000), rows)  # under the cap: untouched

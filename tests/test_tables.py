@@ -70,3 +70,34 @@ def test_the_command_prints_the_tables_and_refuses_a_missing_run(apptest_run):
     assert pd.notna(out) and "| run | model | test acc." in out and "Stage times" in out
     code, out, err = run_cli("report", "--run", "no-such-run")
     assert code != 0 and "Traceback" not in err
+
+
+def _tables(md: str, header: str) -> list[list[list[str]]]:
+    """The body rows of every markdown table whose header line starts with `header`."""
+    lines, out = md.splitlines(), []
+    for i, line in enumerate(lines):
+        if line.startswith(header):
+            body = []
+            for row in lines[i + 2:]:
+                if not row.startswith("|"):
+                    break
+                body.append([c.strip() for c in row.strip("|").split("|")])
+            out.append(body)
+    return out
+
+
+def test_the_report_gives_each_target_against_its_energy_matched_controls_overall_and_per_class(apptest_run):
+    from vqlc_core.faithfulness import MATCHED
+
+    md = run_tables(apptest_run)
+    matched = read_parquet(apptest_run.dir / "eval" / "matched.parquet")
+    overall, per_class = _tables(md, "| method | target | minus control |")
+    assert len(matched) == len(apptest_run.methods_built()) * sum(len(c) for c in MATCHED.values())
+    assert len(overall) == len(matched)
+    for r, (_, m) in zip(overall, matched.iterrows()):
+        assert r[0] == NAMES.get(m["method"], m["method"]) and r[1] == m["target"]
+        assert m["control"].endswith(r[2])
+        assert r[3].startswith(f"{m['diff_conf_drop']:.3f}".replace("-", "−"))
+        assert r[5] == f"{m['energy_a']:.3f} / {m['energy_b']:.3f}"
+    assert {r[3] for r in per_class} <= set(apptest_run.class_names) and len(per_class) >= len(overall)
+    assert "Integrated Gradients' baseline (neutral)" in md

@@ -1,5 +1,7 @@
 """Tests of the VQ tensor math: farthest-first, EMA codebook, dead codes, straight-through."""
 
+import numpy as np
+import pytest
 import torch
 
 from vqlc_core.distributed import _noop
@@ -193,3 +195,57 @@ def test_a_single_process_reduces_with_a_noop():
     cb = EMACodebook(3, 2)
     assert cb.all_reduce_fn is _noop and cb.broadcast_fn is _noop
     assert cb.all_gather_fn(torch.ones(2))[0].tolist() == [1.0, 1.0]
+
+
+def _dense_centre_and_shell(n_centre: int = 2000, n_shell: int = 200, d: int = 8, seed: int = 0) -> torch.Tensor:
+    """A dense blob at the origin (most rows) inside a sparse shell of radius 10."""
+    g = torch.Generator().manual_seed(seed)
+    centre = torch.randn(n_centre, d, generator=g) * 0.5
+    shell = torch.randn(n_shell, d, generator=g)
+    shell = 10 * shell / shell.norm(dim=1, keepdim=True)
+    return torch.cat([centre, shell])
+
+
+def test_farthest_first_leaves_a_dense_centre_without_codes_and_kmeans_plus_plus_seeds_it():
+    from vqlc_core.vq import init_codes
+
+    x = _dense_centre_and_shell()  # 91% of the rows in the centre
+    in_centre = {how: int((init_codes(x, 40, how, seed=0).norm(dim=1) < 3).sum()) for how in ("farthest_first", "kmeans++")}
+    assert in_centre["farthest_first"] <= 1  # at most its random first pick; every other pick is on the shell
+    assert in_centre["kmeans++"] >= 5
+    assert torch.equal(init_codes(x, 40, "kmeans++", seed=3), init_codes(x, 40, "kmeans++", seed=3))
+    with pytest.raises(ValueError, match="init must be one of"):
+        init_codes(x, 4, "random")
+
+
+def test_random_reseeding_takes_seeded_batch_rows_where_largest_error_takes_the_periphery():
+    from vqlc_core.vq import EMACodebook
+
+    z = _dense_centre_and_shell(n_centre=900, n_shell=100)
+    picked = {}
+    for how in ("largest_error", "random"):
+        cb = EMACodebook(10, z.shape[1], dead_threshold=0.5, reseed=how, seed=0)
+        cb.init_(torch.zeros(10, z.shape[1]))
+        cb.cluster_size[:8] = 0.0  # eight dead codes
+        _, _, dists = cb(z)
+        assert cb.replace_dead_codes_(z, dists) == 8
+        picked[how] = cb.embed[:8].clone()
+        assert all(any(torch.equal(c, row) for row in z) for c in picked[how])  # every new code is a batch row
+    assert (picked["largest_error"].norm(dim=1) > 9).all()  # all from the shell
+    assert (picked["random"].norm(dim=1) < 3).sum() >= 4  # mostly from the dense centre, as the rows are
+    again = EMACodebook(10, z.shape[1], dead_threshold=0.5, reseed="random", seed=0)
+    again.init_(torch.zeros(10, z.shape[1]))
+    again.cluster_size[:8] = 0.0
+    again.replace_dead_codes_(z, again(z)[2])
+    assert torch.equal(again.embed[:8], picked["random"])
+
+
+def test_row_normalisation_gives_every_row_norm_sqrt_d_and_denormalize_undoes_it():
+    model = VQModel(6, n_codes=4, row_norm=True)
+    model.set_normalization_(np.full(6, 0.5, np.float32), np.full(6, 2.0, np.float32))
+    x = torch.randn(5, 6) * torch.tensor([[0.1], [1.0], [3.0], [10.0], [0.5]])
+    h = model.normalize(x)
+    assert torch.allclose(h.norm(dim=1), torch.full((5,), 6 ** 0.5), atol=1e-5)
+    assert torch.allclose(model.denormalize(h, x), x, atol=1e-5)
+    with pytest.raises(ValueError, match="needs the raw rows"):
+        model.denormalize(h)

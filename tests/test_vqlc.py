@@ -112,7 +112,7 @@ def test_the_normalization_travels_in_the_state_dict(fitted, store):
     X = torch.from_numpy(store.read(np.arange(300)))
     with torch.no_grad():
         out = fresh(fresh.normalize(X))
-        recon = fresh.denormalize(out.recon)
+        recon = fresh.denormalize(out.recon, X)  # the default normalises rows one by one: their scale comes back
     assert np.array_equal(out.indices.numpy(), fitted.predict(X))
     assert np.array_equal(recon.numpy(), fitted.reconstruct(X))
 
@@ -148,7 +148,10 @@ def test_from_config_takes_the_build_settings_and_fit_rows_follows_fit_on(store,
     train = np.arange(0, 100, 3)
     labelled = SimpleNamespace(rows_where=lambda split: train if split == "train" else None)  # an ActivationStore's one call
     assert VQLC.fit_rows(MethodsConfig(vqlc_fit_on="all"), labelled, fitset) is train
-    assert set(VQLC.config_keys) == {"vqlc_beta", "vqlc_epochs", "vqlc_fit_on"}
+    assert set(VQLC.config_keys) == {"vqlc_beta", "vqlc_epochs", "vqlc_fit_on", "vqlc_variant"}
+    paper = VQLC.from_config(MethodsConfig(vqlc_variant="paper"), seed=0, workdir=tmp_path)
+    assert (paper.init, paper.reseed, paper.normalize, paper.ortho_weight) == ("farthest_first", "largest_error",
+                                                                               "center_rms", 0.0)
 
 
 def test_predict_store_covers_every_row_in_order_with_mean_encodings(fitted, store):
@@ -201,7 +204,7 @@ def test_the_orthogonality_penalty_keeps_the_projection_near_an_isometry(fitted,
     sv = torch.linalg.svdvals(fitted.model_.encoder.proj.weight.detach())
     assert fitted.ortho_weight > 0 and 0.9 < sv.min() and sv.max() < 1.1
     assert fitted.history_[-1]["ortho"] < 1e-2  # the penalty's mean over the last epoch
-    free = VQLC(**SMALL, ortho_weight=0.0).fit(store)
+    free = VQLC(**SMALL, ortho_weight=0.0, normalize="center_rms", init="farthest_first").fit(store)
     sv_free = torch.linalg.svdvals(free.model_.encoder.proj.weight.detach())
     assert sv_free.max() > 1.3  # without the penalty P stretches within three epochs
 

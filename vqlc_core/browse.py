@@ -1,7 +1,9 @@
 """What the dashboard shows, as plain data: a stable colour per concept, the concepts that hold
-a word, a concept's member contexts with the word located in its sentence, pages of a concept
-grid, the concepts an explanation puts forward, HTML for a sentence whose words are coloured by
-concept, the methods' cost table, case-study pins, and the command that builds a run as it is.
+a word, a concept's member contexts with the word located in its sentence, the sentences that
+show a prediction concept (its nearest train prediction rows) and its share of word rows, pages
+of a concept grid, the concepts an explanation puts forward, HTML for a sentence whose words are
+coloured by concept, the methods' cost table, case-study pins, and the command that builds a run
+as it is.
 
 Every piece of text that reaches HTML here goes through `html.escape`; the pages only render.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 import colorsys
 import html
 import json
+import math
 import shlex
 from dataclasses import fields
 
@@ -115,6 +118,56 @@ def prediction_examples(texts: pd.DataFrame, summary_row, n: int = 6) -> list[st
 def is_prediction_concept(summary_row) -> bool:
     """A concept whose members are mostly prediction rows (shown by sentences, not words)."""
     return int(summary_row["n_pred"]) * 2 > int(summary_row["size"])
+
+
+def word_share(summary_row) -> float:
+    """The share of word rows among a concept's train members (1 - n_pred / size); NaN for a
+    concept without train members."""
+    size = int(summary_row["size"])
+    return 1.0 - int(summary_row["n_pred"]) / size if size else float("nan")
+
+
+def percent(share: float) -> str:
+    """A share as a whole percentage rounded down: 686 words of 689 members are 99%, not all."""
+    return f"{math.floor(share * 100 + 1e-9)}%"
+
+
+def nearest_prediction_members(texts: pd.DataFrame, tokens: pd.DataFrame, store, cs, k: int, n: int = 5,
+                               batch_size: int = 8192) -> dict:
+    """How concept k shows a prediction: the `n` train prediction rows assigned to it whose store
+    vector is nearest (Euclidean) to its concept vector, nearest first, as {"text_ids", "texts",
+    "distances"}, with its train members' "size" and "word_share" (see `word_share`). Dev and
+    test rows are never shown. The store is streamed, so memory is bounded by one batch."""
+    import torch
+
+    from .concepts import train_mask
+
+    k = int(k)
+    mine = (np.asarray(cs.assignments) == k) & (tokens["kind"].to_numpy() == "pred")
+    rows = np.flatnonzero(mine & train_mask(tokens, len(tokens)))
+    centre = torch.as_tensor(np.asarray(cs.vectors[k], dtype=np.float32))
+    dist = torch.cat([torch.linalg.vector_norm(x - centre, dim=1)  # (N,) in row order
+                      for x in store.iter_batches(batch_size, shuffle=False, rows=rows)] or [torch.zeros(0)]).numpy()
+    near = np.argsort(dist, kind="stable")[:n]  # ties: the earlier row first
+    ids = [int(t) for t in tokens["text_id"].to_numpy()[rows[near]]]
+    text_of = texts.set_index("text_id")["text"]
+    row = cs.summary.loc[k]
+    return {"text_ids": ids, "texts": [str(text_of[t]) for t in ids], "distances": dist[near].tolist(),
+            "size": int(row["size"]), "word_share": word_share(row)}
+
+
+def mostly_words_message(cs, k: int) -> str | None:
+    """One sentence saying that the prediction representation falls into a concept made mostly
+    of word rows, so its words name the prediction poorly; None when they are not most of it."""
+    row = cs.summary.loc[int(k)]
+    share = word_share(row)
+    if not share > 0.5:  # NaN (no train members) says nothing either
+        return None
+    name = cs.labels.name(int(k)) if cs.labels is not None else None
+    concept = f"c{int(k)} ({name})" if name else f"c{int(k)}"
+    return (f"The prediction representation falls into {concept}, a concept made mostly of word rows "
+            f"({percent(share)} of its {int(row['size']):,} train members are words), so it names the "
+            "prediction poorly.")
 
 
 def page_count(n_items: int, per_page: int) -> int:

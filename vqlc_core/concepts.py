@@ -1,7 +1,7 @@
 """The concept set: one format for every concept method (VQLC, K-Means, LACOAT, SAE).
 
 A concept set holds an assignment for every row of the store, a concept vector per concept in
-the model's hidden space (the mean of its train members' states), the train rows' mean state,
+the model's hidden space (by one of `CONCEPT_VECTORS`'s definitions), the train rows' mean state,
 method-specific arrays (VQLC's code vectors and aggregated encodings, the SAE's decoder
 directions), and a per-concept summary: size, top words with counts, class distribution,
 dominant class, purity and example contexts. Only train rows shape a concept: dev and test
@@ -19,6 +19,16 @@ import numpy as np
 import pandas as pd
 
 from .runio import RunError, read_json, read_npy, read_parquet, write_json, write_npy, write_parquet
+
+
+# What a concept's vector is, by name. Every definition is kept with the set (extra
+# "vectors_<name>"), so a measurement can switch between them without refitting.
+CONCEPT_VECTORS = {
+    "fitset": "the mean state of the concept's fit-set members (the rows the method was fitted on)",
+    "train": "the mean state of all the concept's train members, the rows `predict` assigned after the fit included",
+    "centre": "the method's own centre: VQLC's code decoded into the model's space, the K-Means centroid, the "
+              "LACOAT cluster mean (the fit-set mean for a method without one)",
+}
 
 
 def train_mask(tokens: pd.DataFrame | None, n_rows: int) -> np.ndarray:
@@ -136,13 +146,32 @@ class ConceptSet:
             v = v - self.mean[None, :]
         return np.where(self.sizes[ids][:, None] > 0, v, 0.0).astype(np.float32)
 
+    def with_vectors(self, definition: str) -> "ConceptSet":
+        """A copy whose concept vectors follow `definition` (a key of `CONCEPT_VECTORS`), from the
+        definitions kept with the set."""
+        if definition not in CONCEPT_VECTORS:
+            raise RunError(f"Unknown concept-vector definition {definition!r}; choose one of "
+                           f"{', '.join(CONCEPT_VECTORS)}.")
+        key = f"vectors_{definition}"
+        if key not in self.extra:
+            raise RunError(f"The concept set of {self.method} keeps no '{definition}' vectors (built before they "
+                           "existed); rebuild this method's stage.")
+        info = {**self.info, "concept_vectors": definition}
+        return ConceptSet(self.method, self.assignments, np.asarray(self.extra[key], dtype=np.float32), self.summary,
+                          self.class_names, self.extra, info, self.mean, self.labels)
+
     @classmethod
     def from_assignments(cls, method: str, store, assignments: np.ndarray, n_concepts: int,
                          class_names: list[str], extra: dict | None = None, info: dict | None = None,
-                         seed: int = 0, train: np.ndarray | None = None) -> "ConceptSet":
-        """The concept set of `assignments` (one per store row). Concept vectors, the mean and
-        the summary come from the rows in the boolean mask `train` (by default the store token
-        table's train split, see `train_mask`); every row keeps its assignment."""
+                         seed: int = 0, train: np.ndarray | None = None, fit_rows: np.ndarray | None = None,
+                         centres: np.ndarray | None = None, vectors: str = "train") -> "ConceptSet":
+        """The concept set of `assignments` (one per store row). The mean and the summary come
+        from the rows in the boolean mask `train` (by default the store token table's train
+        split, see `train_mask`); every row keeps its assignment. The concept vectors follow
+        `vectors` (see `CONCEPT_VECTORS`): 'train' over the train rows, 'fitset' over the train
+        rows among `fit_rows`, 'centre' the method's `centres` (K, d); a concept with no member
+        among the fit rows takes its train mean, and without `fit_rows` or `centres` those
+        definitions fall back to 'train' and 'fitset'. Every definition is kept in `extra`."""
         assignments = np.asarray(assignments, dtype=np.int32)
         if len(assignments) != store.n_rows:
             raise ValueError(f"expected {store.n_rows} assignments, got {len(assignments)}")
@@ -152,10 +181,22 @@ class ConceptSet:
         if not train.any():
             raise ValueError("No train rows in the store: concepts are shaped by train rows only; "
                              "build the store with a train split.")
-        vectors, _, mean = concept_means(store, assignments, n_concepts, rows=np.flatnonzero(train))
+        if vectors not in CONCEPT_VECTORS:
+            raise RunError(f"Unknown concept-vector definition {vectors!r}; choose one of {', '.join(CONCEPT_VECTORS)}.")
+        by_train, _, mean = concept_means(store, assignments, n_concepts, rows=np.flatnonzero(train))
+        by_fit = by_train
+        if fit_rows is not None:
+            fit = np.asarray(fit_rows, dtype=np.int64)
+            fit = fit[train[fit]]  # concepts are shaped by train rows only
+            means, counts, _ = concept_means(store, assignments, n_concepts, rows=fit)
+            by_fit = np.where(counts[:, None] > 0, means, by_train)
+        by_centre = by_fit if centres is None else np.asarray(centres, dtype=np.float32)
+        defs = {"train": by_train, "fitset": by_fit, "centre": by_centre}
         summary = summarize(store.tokens, assignments, n_concepts, class_names, seed=seed, train=train)
-        info = {**(info or {}), "n_concept_rows": int(train.sum())}
-        return cls(method, assignments, vectors, summary, list(class_names), dict(extra or {}), info, mean)
+        info = {**(info or {}), "n_concept_rows": int(train.sum()), "concept_vectors": vectors}
+        extra = {**dict(extra or {}), **{f"vectors_{k}": v.astype(np.float32) for k, v in defs.items()}}
+        return cls(method, assignments, defs[vectors].astype(np.float32), summary, list(class_names), extra, info,
+                   mean)
 
     def top_words(self, k: int, n: int = 10) -> list[tuple[str, int]]:
         return [tuple(x) for x in json.loads(self.summary.at[k, "top_words"])[:n]]

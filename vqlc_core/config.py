@@ -17,6 +17,8 @@ from .runio import RunError
 POOLINGS = ("cls", "mean", "last")
 AGGREGATIONS = ("last", "first", "mean")
 DTYPES = ("float32", "bfloat16")
+VQLC_VARIANTS = ("default", "paper")  # vqlc.VARIANTS holds their settings
+CONCEPT_VECTORS = ("fitset", "train", "centre")  # concepts.CONCEPT_VECTORS defines them
 
 
 def opt(default, help: str, flag: str | None = None, choices=None, cli: bool = True):
@@ -152,7 +154,8 @@ class FitSetConfig:
 
     max_per_word: int = opt(20, "fit set: at most this many rows per word type")
     min_word_count: int = opt(5, "fit set: word types seen at least this often")
-    fit_max_rows: int = opt(10000, "fit set: at most this many rows in all (LACOAT's memory is 8*N^2 bytes)")
+    fit_max_rows: int = opt(10000, "fit set: at most this many rows in all (LACOAT's memory is 8*N^2 bytes); every "
+                                   "train prediction row is kept and word rows are sampled to fill the rest")
 
     def __post_init__(self):
         for name in ("max_per_word", "min_word_count", "fit_max_rows"):
@@ -169,6 +172,14 @@ class MethodsConfig:
     vqlc_epochs: int | None = opt(None, "VQLC training epochs (default: enough for 1,000 steps)", flag="--epochs")
     vqlc_fit_on: str = opt("fitset", "VQLC trains on the shared fit set or on all train rows", flag="--fit-on",
                            choices=("fitset", "all"))
+    vqlc_variant: str = opt("default", "VQLC's settings: default (k-means++ initialisation, dead codes re-seeded "
+                                       "from random batch rows, rows normalised to one norm; chosen by measurement, "
+                                       "see the README) or paper (farthest-first initialisation, largest-error "
+                                       "re-seeding, no orthogonality penalty)", choices=VQLC_VARIANTS)
+    concept_vectors: str = opt("fitset", "a concept's vector (what ablation removes, after centring): the mean of "
+                                         "its fit-set members (fitset), of all its train members (train), or the "
+                                         "method's own centre (centre: VQLC's code decoded, the K-Means centroid, "
+                                         "the LACOAT cluster mean)", choices=CONCEPT_VECTORS)
     sae_latents: int = opt(4096, "SAE: number of latents, its concepts (K does not apply to it)")
     sae_k: int = opt(32, "SAE: active latents per row (TopK)")
     seeds: tuple[int, ...] | None = opt(None, "train every method once per seed on the same store and evaluate "
@@ -185,6 +196,8 @@ class MethodsConfig:
         _at_least(self, "n_concepts", 2)
         _at_least(self, "vqlc_epochs", 1)
         _one_of(self, "vqlc_fit_on", ("fitset", "all"))
+        _one_of(self, "vqlc_variant", VQLC_VARIANTS)
+        _one_of(self, "concept_vectors", CONCEPT_VECTORS)
         _at_least(self, "sae_k", 1)
         _at_least(self, "sae_latents", self.sae_k + 1)
         if self.seeds is not None:

@@ -59,47 +59,78 @@ def seed_agreement(run, method: str) -> dict:
             "seed_ami_max": float(np.max(amis)), "seeds": list(seeds)}
 
 
-def completeness_summary(errors, steps: int) -> dict:
-    """Integrated Gradients' completeness error over the faithfulness sentences: its mean, 95th
-    percentile and maximum (|sum of attributions - (f(x) - f(baseline))| / |f(x) - f(baseline)|)."""
+def completeness_summary(errors, steps: int, baseline_proba=(), baseline: str = "") -> dict:
+    """Integrated Gradients over the faithfulness sentences: the completeness error's mean, 95th
+    percentile and maximum (|sum of attributions - (f(x) - f(baseline))| / |f(x) - f(baseline)|),
+    and what the classifier predicts from the baseline: its mean class probabilities, and its
+    mean probability of the sentence's predicted class per predicted class
+    (`baseline_proba`: (predicted class, probabilities) per sentence)."""
     e = np.asarray(errors, dtype=np.float64)
     e = e[np.isfinite(e)]
     if len(e) == 0:
         return {"steps": steps, "n": 0}
-    return {"steps": steps, "n": int(len(e)), "completeness_error_mean": float(e.mean()),
-            "completeness_error_p95": float(np.quantile(e, 0.95)), "completeness_error_max": float(e.max())}
+    out = {"steps": steps, "n": int(len(e)), "baseline": baseline, "completeness_error_mean": float(e.mean()),
+           "completeness_error_p95": float(np.quantile(e, 0.95)), "completeness_error_max": float(e.max())}
+    if len(baseline_proba):
+        pred = np.asarray([p for p, _ in baseline_proba])
+        proba = np.asarray([q for _, q in baseline_proba])
+        out["baseline_proba_mean"] = proba.mean(0).tolist()
+        out["baseline_proba_of_predicted"] = {int(c): float(proba[pred == c, c].mean()) for c in np.unique(pred)}
+    return out
+
+
+def train_covariance(store, n: int = 20000, seed: int = 0) -> np.ndarray:
+    """(d, d) covariance of the store's train rows (a seeded sample of at most n of them): the
+    distribution the energy-matched random directions are drawn from."""
+    from .concepts import train_mask
+
+    train = np.flatnonzero(train_mask(store.tokens, store.n_rows))
+    pick = np.sort(np.random.default_rng(seed).choice(train, size=min(n, len(train)), replace=False))
+    x = store.read(pick).astype(np.float64)
+    return np.cov(x, rowvar=False)
 
 
 def evaluate(run) -> dict:
     """Write eval/measures.json, the per-sentence faithfulness rows of every method and seed
-    (eval/faithfulness_rows.parquet), their summary with 95% intervals (eval/faithfulness.parquet)
-    and the paired differences between VQLC and each other method (eval/paired.parquet)."""
+    (eval/faithfulness_rows.parquet), their summary with 95% intervals (eval/faithfulness.parquet),
+    per predicted class (eval/faithfulness_by_class.parquet), each target against its
+    energy-matched controls (eval/matched.parquet, eval/matched_by_class.parquet) and the paired
+    differences between VQLC and each other method (eval/paired.parquet)."""
     import pandas as pd
 
-    from .faithfulness import faithfulness, paired_differences, summarize_faithfulness
+    from .faithfulness import faithfulness, matched_differences, paired_differences, summarize_faithfulness
 
     cfg = run.cfg
     built = run.methods_built()
     texts = run.texts
     test = texts[texts["split"] == "test"]["text"].tolist()[: cfg.eval.faithfulness_texts]
+    cov = train_covariance(run.store, seed=cfg.seed)
     measures, parts = {}, []
     for i, seed in enumerate(cfg.method_seeds):
         methods = {m: (run.method(m, seed), run.concept_set(m, seed)) for m in built}
-        rows = faithfulness(run.explainer(methods), test, seed=seed)
+        explainer = run.explainer(methods)
+        rows = faithfulness(explainer, test, seed=seed, cov=cov)
         if i == 0:
             measures = {m: method_measures(run, method, cs) for m, (method, cs) in methods.items()}
-            ig = completeness_summary(rows.attrs["ig_completeness"], cfg.eval.ig_steps)
+            ig = completeness_summary(rows.attrs["ig_completeness"], cfg.eval.ig_steps, rows.attrs["ig_baseline_proba"],
+                                      explainer.ig_baseline_name)
         parts.append(rows.assign(seed=seed))
     rows = pd.concat(parts, ignore_index=True)
     for m in built:
         measures[m].update(seed_agreement(run, m))
     table = summarize_faithfulness(rows, seed=cfg.seed)
+    by_class = summarize_faithfulness(rows, seed=cfg.seed, by_class=True)
+    matched = matched_differences(rows, seed=cfg.seed)
+    matched_by_class = matched_differences(rows, seed=cfg.seed, by_class=True)
     paired = pd.concat([paired_differences(rows, "vqlc", other, seed=cfg.seed) for other in built
                         if other != "vqlc" and "vqlc" in built] or [pd.DataFrame()], ignore_index=True)
     acc = read_json(run.dir / "classifier" / "metrics.json")["accuracy"]
     write_parquet(run.dir / "eval" / "faithfulness_rows.parquet", rows)
     write_parquet(run.dir / "eval" / "faithfulness.parquet", table)
     write_parquet(run.dir / "eval" / "paired.parquet", paired)
+    write_parquet(run.dir / "eval" / "faithfulness_by_class.parquet", by_class)
+    write_parquet(run.dir / "eval" / "matched.parquet", matched)
+    write_parquet(run.dir / "eval" / "matched_by_class.parquet", matched_by_class)
     write_json(run.dir / "eval" / "measures.json", {"methods": measures, "classifier_accuracy": acc,
                                                     "seeds": list(cfg.method_seeds), "n_test_texts": len(test),
                                                     "integrated_gradients": ig})

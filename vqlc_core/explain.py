@@ -55,6 +55,7 @@ class Attribution:
     tokens: torch.Tensor  # (B, T): attribution of each token's layer-l state
     output: np.ndarray  # (B,) f(x): the target logit run on from the states
     baseline: np.ndarray  # (B,) f(b): the target logit run on from the baseline states
+    baseline_proba: np.ndarray | None = None  # (B, C) class probabilities run on from the baseline states
 
     @property
     def completeness_error(self) -> np.ndarray:
@@ -100,9 +101,10 @@ def layer_attributions(classifier, enc, layer: int, states: torch.Tensor, target
             grad_sum += (grad.float().reshape(S, B, T, d) * w[:, None, None, None]).sum(0)
     with torch.no_grad():  # both ends of the path in one forward
         rep = {"input_ids": enc["input_ids"].repeat(2, 1), "attention_mask": enc["attention_mask"].repeat(2, 1)}
-        ends = _target_logits(classifier, rep, layer, torch.cat([states, base]), targets)
-    ends = ends.double().numpy()
-    return Attribution((diff.float() * grad_sum).sum(-1), ends[:B], ends[B:])
+        with from_layer(classifier.backbone, layer, torch.cat([states, base])):
+            logits = classifier.logits(rep).float()  # (2B, C)
+    ends = logits[torch.arange(2 * B), targets.repeat(2)].double().numpy()
+    return Attribution((diff.float() * grad_sum).sum(-1), ends[:B], ends[B:], torch.softmax(logits[B:], -1).numpy())
 
 
 def pooled_positions(pooling: str, attention_mask: torch.Tensor) -> np.ndarray:
@@ -196,11 +198,12 @@ class Explainer:
     methods: name -> (fitted concept method, its ConceptSet), all fitted at `layer`.
     aggregation: how a word's sub-word states become its vector; must be the store's, so that
         words are assigned concepts on vectors like those the concepts were fitted on.
-    ig_baseline: the layer-l state (d,) Integrated Gradients starts from at every word token;
+    ig_baseline: the layer-l state (d,) Integrated Gradients starts from at every word token
+        (a run's neutral baseline, `baseline.neutral_baseline`, named by `ig_baseline_name`);
         None takes the train rows' mean state from the concept sets (zero when none holds one)."""
 
     def __init__(self, classifier, layer: int, methods: dict, ig_steps: int = IG_STEPS, cache_size: int = 16,
-                 autocast_dtype=None, aggregation: str = "last", ig_baseline=None):
+                 autocast_dtype=None, aggregation: str = "last", ig_baseline=None, ig_baseline_name: str = "given"):
         if ig_steps < 1:
             raise ValueError(f"ig_steps must be at least 1, got {ig_steps}.")
         if aggregation not in AGGREGATIONS:
@@ -215,6 +218,8 @@ class Explainer:
         if ig_baseline is None:
             means = (getattr(cs, "mean", None) for _, cs in self.methods.values())
             ig_baseline = next((m for m in means if m is not None), None)
+            ig_baseline_name = "zero" if ig_baseline is None else "train mean"
+        self.ig_baseline_name = ig_baseline_name
         self.ig_baseline = None if ig_baseline is None else torch.as_tensor(np.asarray(ig_baseline, dtype=np.float32))
 
     # --- forward passes ---------------------------------------------------------------------
@@ -377,7 +382,7 @@ class Explainer:
                      for i in salient],
             methods=methods, truncated=p.truncated,
             info={"ig_steps": self.ig_steps, "ig_rule": "gauss-legendre", "pooling": self.backbone.pooling,
-                  "ig_baseline": "zero" if self.ig_baseline is None else "train mean",
+                  "ig_baseline": self.ig_baseline_name,
                   "completeness_error": completeness},
         )
 

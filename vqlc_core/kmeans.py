@@ -94,6 +94,11 @@ class KMeansConcepts(ConceptMethod):
         self.check_fitted("cluster_centers_")
         return softmax_neg_distances(np.asarray(X), self.cluster_centers_, self.temperature_)
 
+    def concept_centres(self, store, rows: np.ndarray) -> np.ndarray:
+        """The centroids: K-Means' own centre of each concept."""
+        self.check_fitted("cluster_centers_")
+        return self.cluster_centers_
+
     def concept_extra(self) -> dict[str, np.ndarray]:
         self.check_fitted("cluster_centers_")
         return {"centroids": self.cluster_centers_}

@@ -201,6 +201,11 @@ class ConceptMethod:
         """Method-specific arrays for the concept set (none by default)."""
         return {}
 
+    def concept_centres(self, store, rows: np.ndarray) -> np.ndarray | None:
+        """(K, d) the method's own centre of each concept in the model's space, when it has one
+        (the K-Means centroids, VQLC's decoded codes); None: the mean of its fit rows serves."""
+        return None
+
     # --- save and load: safetensors + JSON, one format for every method -----------------------
     def _tensors(self) -> dict:
         """The fitted state as named arrays or tensors."""

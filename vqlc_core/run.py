@@ -13,7 +13,8 @@ from typing import Any
 import pandas as pd
 
 from .config import BuildConfig
-from .runio import CorruptStage, RunError, check_run_name, library_versions, read_json, read_parquet, write_json
+from .runio import (CorruptStage, RunError, check_run_name, library_versions, read_json, read_npy, read_parquet,
+                    write_json)
 
 FORMAT_VERSION = 3  # of the manifest and the run layout; 2: one config per stage, one method format;
 # 3: a fine-tuning stage, train-only concepts with their mean, final features in the store
@@ -128,6 +129,11 @@ class Run:
             self._classifier = Classifier.load(self.dir / "classifier", self.backbone)
         return self._classifier
 
+    @property
+    def classifier_metrics(self) -> dict:
+        """classifier/metrics.json: accuracy per split and the IG baseline's facts."""
+        return read_json(self.dir / "classifier" / "metrics.json")
+
     def explainer(self, methods: dict | None = None):
         """An Explainer over the run's classifier and (by default) every built method, with the
         run's extraction settings, so words are represented as the store represents them."""
@@ -136,8 +142,11 @@ class Run:
         if methods is None:
             methods = {m: (self.method(m), self.concept_set(m)) for m in self.methods_built()}
         e = self.cfg.extract
+        path = self.dir / "classifier" / "ig_baseline.npy"  # the neutral baseline (runs built before it: the mean)
+        base = read_npy(path) if path.exists() else None
         return Explainer(self.classifier, self.layer, methods, ig_steps=self.cfg.eval.ig_steps,
-                         autocast_dtype=e.autocast_dtype, aggregation=e.aggregation)
+                         autocast_dtype=e.autocast_dtype, aggregation=e.aggregation, ig_baseline=base,
+                         ig_baseline_name="neutral" if base is not None else "given")
 
     def method_dir(self, method: str, seed: int | None = None) -> Path:
         """Where a method's model and concepts live: methods/<m>/ for the first of the build's

@@ -116,26 +116,40 @@ def stage_classifier(run, name: str) -> dict:
     acc = {s: float((pred[m] == texts["label"].to_numpy()[m]).mean())
            for s in ("train", "dev", "test") if (m := (texts["split"] == s).to_numpy()).any()}
     clf.save(run.dir / "classifier")
-    write_json(run.dir / "classifier" / "metrics.json", {"accuracy": acc})
+    base, facts = _neutral_baseline(run, clf)
+    write_npy(run.dir / "classifier" / "ig_baseline.npy", base)
+    write_json(run.dir / "classifier" / "metrics.json", {"accuracy": acc, "ig_baseline": facts})
     run._classifier = clf
-    return {"accuracy": acc}
+    return {"accuracy": acc, "ig_baseline_probabilities": [round(p, 3) for p in facts["calibration_probabilities"]]}
+
+
+def _neutral_baseline(run, clf, n_texts: int = 32):
+    """Integrated Gradients' neutral baseline state for `clf` (see `baseline.py`), fitted on a
+    seeded sample of train texts."""
+    from .baseline import class_means, neutral_baseline
+    from .explain import Explainer
+
+    e = run.cfg.extract
+    explainer = Explainer(clf, run.layer, {}, autocast_dtype=e.autocast_dtype, aggregation=e.aggregation)
+    train = run.texts[run.texts["split"] == "train"]["text"].to_numpy()
+    pick = np.random.default_rng(run.cfg.seed).choice(len(train), size=min(n_texts, len(train)), replace=False)
+    return neutral_baseline(explainer, [str(t) for t in train[np.sort(pick)]], class_means(run.store))
 
 
 def stage_fitset(run, name: str) -> dict:
-    from .store import fit_set_rows
+    from .store import cap_fit_set, fit_set_rows
 
     cfg, fs, store = run.cfg, run.cfg.fitset, run.store
     tokens = store.tokens
     train = tokens[tokens["split"] == "train"]
     rows = train.index.to_numpy()[fit_set_rows(train.reset_index(drop=True), fs.max_per_word, fs.min_word_count,
                                                 seed=cfg.seed)]
-    if len(rows) > fs.fit_max_rows:
-        rows = np.sort(np.random.default_rng(cfg.seed).choice(rows, size=fs.fit_max_rows, replace=False))
+    rows = cap_fit_set(rows, tokens["kind"].to_numpy()[rows] == "pred", fs.fit_max_rows, cfg.seed)
     if len(rows) < cfg.methods.n_concepts:
         raise RunError(f"The fit set has {len(rows)} rows but {cfg.methods.n_concepts} concepts were requested; "
                        "lower --n-concepts or use more texts.")
     write_npy(run.dir / "fitset.npy", rows.astype(np.int64))
-    return {"n_rows": int(len(rows))}
+    return {"n_rows": int(len(rows)), "n_prediction_rows": int((tokens["kind"].to_numpy()[rows] == "pred").sum())}
 
 
 def stage_method(run, name: str) -> dict:
@@ -155,7 +169,9 @@ def stage_method(run, name: str) -> dict:
         assignments = method.predict_store(store)
         fit = dict(method.fit_info_)
         cs = ConceptSet.from_assignments(name, store, assignments, method.n_concepts, run.class_names,
-                                         extra=method.concept_extra(), info=fit, seed=seed)
+                                         extra=method.concept_extra(), info=fit, seed=seed, fit_rows=rows,
+                                         centres=method.concept_centres(store, rows),
+                                         vectors=cfg.methods.concept_vectors)
         method.save(workdir / "model")
         cs.save(workdir)
         shutil.rmtree(workdir / "checkpoint", ignore_errors=True)
@@ -200,7 +216,7 @@ STAGES: tuple[Stage, ...] = (
                                    "methods/{name}/model/*", "methods/{name}/seeds/*/*.npy",
                                    "methods/{name}/seeds/*/*.json", "methods/{name}/seeds/*/summary.parquet",
                                    "methods/{name}/seeds/*/model/*"),
-          ("n_concepts", "seed", "seeds"), sharded=True, per_method=True),
+          ("n_concepts", "concept_vectors", "seed", "seeds"), sharded=True, per_method=True),
     Stage("evaluate", stage_evaluate, ("eval/*",), ("methods", "faithfulness_texts", "ig_steps", "seed", "seeds")),
     Stage("maps", stage_maps, ("methods/*/map.parquet", "methods/*/top_activations.parquet"), ("methods", "seed")),
 )

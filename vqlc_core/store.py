@@ -44,6 +44,19 @@ def fit_set_rows(tokens, max_per_word: int = 20, min_count: int = 1, seed: int =
     return np.flatnonzero(keep)
 
 
+def cap_fit_set(rows: np.ndarray, is_pred: np.ndarray, max_rows: int, seed: int = 0) -> np.ndarray:
+    """At most `max_rows` of the fit set's `rows` (sorted): every prediction row (`is_pred`, one
+    flag per row) stays, as LACOAT keeps them all, and a seeded sample of the word rows fills the
+    rest. (Sampling all rows alike dropped half of the default run's prediction rows.)"""
+    rows, is_pred = np.asarray(rows), np.asarray(is_pred, dtype=bool)
+    if len(rows) <= max_rows:
+        return rows
+    words = rows[~is_pred]
+    n_words = min(max(max_rows - int(is_pred.sum()), 0), len(words))
+    pick = np.random.default_rng(seed).choice(words, size=n_words, replace=False)
+    return np.sort(np.concatenate([rows[is_pred], pick]))
+
+
 class _Reader:
     """Batches, samples and reads shared by every store. Subclasses define `_chunks()`:
     (global row offset, row count, loader) pieces in row order; `loader()` returns the piece's

@@ -85,6 +85,69 @@ def paired_table(run) -> str:
     return _md(out)
 
 
+def _read_optional(run, name: str) -> pd.DataFrame:
+    path = run.dir / "eval" / name
+    return read_parquet(path) if path.exists() else pd.DataFrame()
+
+
+def _class_name(run, c) -> str:
+    names = run.class_names
+    return names[int(c)] if 0 <= int(c) < len(names) else str(c)
+
+
+def matched_table(run, by_class: bool = False) -> str:
+    """Each method's prediction and salient-word concepts minus their energy-matched controls
+    (`faithfulness.matched_differences`), with both energies; per predicted class with by_class."""
+    df = _read_optional(run, "matched_by_class.parquet" if by_class else "matched.parquet")
+    if df.empty:
+        return "(no energy-matched controls: rebuild the evaluate stage)"
+    out = pd.DataFrame({
+        "method": df["method"].map(lambda m: NAMES.get(m, m)),
+        "target": df["target"],
+        "minus control": df["control"].str.split(": ").str[-1],
+        **({"predicted": [_class_name(run, c) for c in df["predicted"]]} if by_class else {}),
+        "Δconfidence drop [95% CI]": [_interval(*r) for r in zip(df["diff_conf_drop"], df["diff_conf_drop_low"],
+                                                                   df["diff_conf_drop_high"])],
+        "flip rate difference [95% CI]": [_interval(*r) for r in zip(df["diff_flip_rate"], df["diff_flip_rate_low"],
+                                                                       df["diff_flip_rate_high"])],
+        "energy target / control": [f"{_num(a)} / {_num(b)}" for a, b in zip(df["energy_a"], df["energy_b"])],
+    })
+    return _md(out)
+
+
+def by_class_table(run) -> str:
+    """The faithfulness table's concept targets per predicted class."""
+    df = _read_optional(run, "faithfulness_by_class.parquet")
+    if df.empty:
+        return "(no per-class rows: rebuild the evaluate stage)"
+    df = df[df["target"].isin(["prediction concept", "salient-word concepts", "global mean"])]
+    out = pd.DataFrame({
+        "method": df["method"].map(lambda m: NAMES.get(m, m)),
+        "target": df["target"],
+        "predicted": [_class_name(run, c) for c in df["predicted"]],
+        "sentences × seeds": [f"{int(a)} × {int(b)}" for a, b in zip(df["n_sentences"], df["n_seeds"])],
+        "mean Δconfidence [95% CI]": [_interval(*r) for r in zip(df["mean_conf_drop"], df["conf_drop_low"],
+                                                                  df["conf_drop_high"])],
+        "flip rate [95% CI]": [_interval(*r) for r in zip(df["flip_rate"], df["flip_rate_low"], df["flip_rate_high"])],
+        "energy removed": [_num(e) for e in df["mean_energy"]],
+    })
+    return _md(out)
+
+
+def baseline_line(run) -> str:
+    """What the classifier predicts from Integrated Gradients' baseline, and IG's completeness."""
+    measures_path = run.dir / "eval" / "measures.json"
+    ig = read_json(measures_path).get("integrated_gradients", {}) if measures_path.exists() else {}
+    if "baseline_proba_mean" not in ig:
+        return ""
+    mean = ", ".join(f"{_class_name(run, c)} {p:.3f}" for c, p in enumerate(ig["baseline_proba_mean"]))
+    per = ", ".join(f"predicted {_class_name(run, c)}: {p:.3f}" for c, p in ig["baseline_proba_of_predicted"].items())
+    return (f"Integrated Gradients' baseline ({ig.get('baseline') or 'train mean'}): the classifier run on from it "
+            f"predicts {mean} on average over the {ig['n']} test sentences; its probability of the sentence's "
+            f"predicted class: {per}. Completeness error {100 * ig['completeness_error_mean']:.3f}% mean, "
+            f"{100 * ig['completeness_error_max']:.3f}% max.")
+
+
 def concepts_table(run) -> str:
     m = read_json(run.dir / "eval" / "measures.json")["methods"]
     rows = []
@@ -110,9 +173,15 @@ def run_tables(run) -> str:
     if not run.manifest.is_complete("evaluate"):
         raise RunError(f"Run '{run.dir.name}' has no finished 'evaluate' stage; build it first with "
                        f"`vqlc build --run {run.dir.name}`.")
-    return "\n\n".join([summary_line(run), "Faithfulness (ablation at layer l, per test sentence and seed):",
-                        faithfulness_table(run), "Paired differences (same sentences and seeds):", paired_table(run),
-                        "Concepts:", concepts_table(run)]) + "\n"
+    parts = [summary_line(run), baseline_line(run), "Faithfulness (ablation at layer l, per test sentence and seed):",
+             faithfulness_table(run),
+             "Against energy-matched controls (target minus control, same sentences and seeds; the control is the "
+             "other concept(s) of the same method, or the N(0, Σ_train) direction(s), whose ablation removes the "
+             "energy closest to the target's):", matched_table(run),
+             "Against energy-matched controls, per predicted class:", matched_table(run, by_class=True),
+             "Faithfulness per predicted class:", by_class_table(run),
+             "Paired differences (same sentences and seeds):", paired_table(run), "Concepts:", concepts_table(run)]
+    return "\n\n".join(p for p in parts if p) + "\n"
 
 
 def _faith_cell(faith: pd.DataFrame, method: str, target: str) -> str:

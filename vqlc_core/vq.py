@@ -15,7 +15,9 @@ from torch import nn
 
 from .distributed import collectives
 
-NORMALIZE = ("none", "standard", "center_rms")
+NORMALIZE = ("none", "standard", "center_rms", "center_row")
+INITS = ("farthest_first", "kmeans++")
+RESEEDS = ("largest_error", "random")
 
 
 def squared_distances(z: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
@@ -41,6 +43,7 @@ def normalization(mean: np.ndarray, var: np.ndarray, how: str = "center_rms") ->
 
     'center_rms' subtracts the mean and divides by one global RMS, sqrt(mean(var)); 'standard'
     divides every dimension by its own std (1 where it is ~0); 'none' is the identity.
+    'center_row' is center_rms here; `VQModel` then also rescales every row to norm sqrt(d).
     center_rms was chosen by measurement (bench/normalization.py, K = 400 on the default fit
     sets): on MiniLM it gives dev R² 0.387 against 0.362 for 'standard' at equal perplexity; on
     SmolLM2 R² 0.324 against 0.309 and perplexity 118 against 103, with the largest concept
@@ -97,6 +100,27 @@ def farthest_first(x: torch.Tensor, k: int, seed: int = 0) -> torch.Tensor:
     return out.to(x.dtype).to(x.device)
 
 
+def kmeans_plus_plus(x: torch.Tensor, k: int, seed: int = 0) -> torch.Tensor:
+    """k-means++ seeding (scikit-learn's `kmeans_plusplus`, greedy D² sampling): k rows of x (N, d)
+    drawn with probability proportional to their squared distance to the codes already chosen.
+
+    Unlike farthest-first, which always takes the most remote row and so spends its codes on
+    outliers, D² sampling puts codes where the rows are, dense regions included."""
+    from sklearn.cluster import kmeans_plusplus
+
+    if x.ndim != 2 or len(x) < k:
+        raise ValueError(f"kmeans_plus_plus needs at least k = {k} rows, got shape {tuple(x.shape)}.")
+    centers, _ = kmeans_plusplus(x.detach().double().cpu().numpy(), k, random_state=seed)
+    return torch.as_tensor(centers, dtype=x.dtype, device=x.device)
+
+
+def init_codes(x: torch.Tensor, k: int, how: str = "farthest_first", seed: int = 0) -> torch.Tensor:
+    """k initial codes from the rows of x (N, d): `farthest_first` (the paper's choice) or `kmeans++`."""
+    if how not in INITS:
+        raise ValueError(f"init must be one of {', '.join(INITS)}, got {how!r}.")
+    return farthest_first(x, k, seed) if how == "farthest_first" else kmeans_plus_plus(x, k, seed)
+
+
 class ResidualEncoder(nn.Module):
     """z = P·h + m·LN(W2·σ(W1·h)): an identity-initialised projection plus a gated non-linear
     correction whose gate m = 0.5·sigmoid(alpha) starts small, so z starts close to h."""
@@ -134,10 +158,14 @@ class EMACodebook(nn.Module):
     """
 
     def __init__(self, n_codes: int, dim: int, decay: float = 0.99, eps: float = 1e-5,
-                 dead_threshold: float = 0.1):
+                 dead_threshold: float = 0.1, reseed: str = "largest_error", seed: int = 0):
         super().__init__()
+        if reseed not in RESEEDS:
+            raise ValueError(f"reseed must be one of {', '.join(RESEEDS)}, got {reseed!r}.")
         self.n_codes, self.dim = n_codes, dim
         self.decay, self.eps, self.dead_threshold = decay, eps, dead_threshold
+        self.reseed = reseed
+        self._gen = torch.Generator().manual_seed(int(seed))  # the draws of reseed="random"
         self.register_buffer("embed", torch.randn(n_codes, dim))
         self.register_buffer("embed_avg", self.embed.clone())
         self.register_buffer("cluster_size", torch.ones(n_codes))
@@ -187,7 +215,9 @@ class EMACodebook(nn.Module):
 
         Dead codes, in index order, take the batch encodings with the largest assignment error
         (distance to their nearest code): the first dead code the largest, the next the next
-        largest, ties in batch order. A re-seeded code starts at the uniform share of the EMA
+        largest, ties in batch order (reseed="largest_error", the paper's rule). With
+        reseed="random" they take batch encodings drawn at random (seeded): the re-seeded codes
+        then land where the rows are, where largest-error rows are always the periphery. A re-seeded code starts at the uniform share of the EMA
         counts (their sum / K, as at `init_`), not at the threshold: at the threshold one batch
         without rows would mark it dead again, while from the share it has about
         log(threshold / share) / log(decay) empty batches to win rows (about 300 at VQLC's
@@ -206,6 +236,8 @@ class EMACodebook(nn.Module):
         n = len(dead)
         share = self.cluster_size.sum() / self.n_codes
         err = dists.min(1).values if len(z) else z.new_zeros(0)  # (B,)
+        if self.reseed == "random":  # random keys: the top n are a uniform draw from the batch
+            err = torch.rand(len(z), generator=self._gen).to(device=z.device, dtype=err.dtype)
         top = torch.argsort(err, descending=True, stable=True)[:n]
         offer = torch.full((n, self.dim + 1), float("-inf"), dtype=self.embed.dtype, device=z.device)  # (n, 1 + dz)
         offer[: len(top), 0] = err[top].to(offer.dtype)
@@ -248,14 +280,15 @@ class VQModel(nn.Module):
 
     def __init__(self, dim: int, n_codes: int = 400, code_dim: int | None = None, hidden: int = 256,
                  beta: float = 0.25, decay: float = 0.99, eps: float = 1e-5, dead_threshold: float = 0.1,
-                 ortho_weight: float = 0.0):
+                 ortho_weight: float = 0.0, row_norm: bool = False, reseed: str = "largest_error", seed: int = 0):
         super().__init__()
         code_dim = dim if code_dim is None else code_dim
         self.beta, self.ortho_weight = beta, ortho_weight
         self.register_buffer("norm_mean", torch.zeros(dim))
         self.register_buffer("norm_scale", torch.ones(dim))
+        self.register_buffer("norm_rows", torch.tensor(bool(row_norm)))  # whether rows are rescaled one by one
         self.encoder = ResidualEncoder(dim, code_dim, hidden)
-        self.codebook = EMACodebook(n_codes, code_dim, decay, eps, dead_threshold)
+        self.codebook = EMACodebook(n_codes, code_dim, decay, eps, dead_threshold, reseed, seed)
         self.decoder = ResidualDecoder(code_dim, dim, hidden)
 
     @torch.no_grad()
@@ -264,12 +297,34 @@ class VQModel(nn.Module):
         self.norm_mean.copy_(torch.as_tensor(mean, dtype=self.norm_mean.dtype))
         self.norm_scale.copy_(torch.as_tensor(scale, dtype=self.norm_scale.dtype))
 
-    def normalize(self, x: torch.Tensor) -> torch.Tensor:
-        """Raw vectors x (B, d) into the space the model trains in: (x - mean) / scale."""
-        return (x - self.norm_mean) / self.norm_scale  # (B, d)
+    @property
+    def row_norm(self) -> bool:
+        return bool(self.norm_rows)
 
-    def denormalize(self, h: torch.Tensor) -> torch.Tensor:
-        """Normalised vectors h (B, d) back into the raw space: h · scale + mean."""
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        state_dict.setdefault(prefix + "norm_rows", torch.tensor(False))  # models saved before row normalisation
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def row_scale(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, 1) the factor `normalize` divides each row by after (x - mean) / scale: its RMS
+        over the d dimensions with row_norm (so every row gets norm sqrt(d)), else 1."""
+        if not self.row_norm:
+            return x.new_ones(len(x), 1)
+        c = (x - self.norm_mean) / self.norm_scale
+        return c.pow(2).mean(1, keepdim=True).sqrt().clamp_min(1e-8)  # (B, 1)
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        """Raw vectors x (B, d) into the space the model trains in: (x - mean) / scale, and with
+        row_norm divided by the row's own RMS, so that rows differ by direction only."""
+        return (x - self.norm_mean) / self.norm_scale / self.row_scale(x)  # (B, d)
+
+    def denormalize(self, h: torch.Tensor, x: torch.Tensor | None = None) -> torch.Tensor:
+        """Normalised vectors h (B, d) back into the raw space: h · row scale · scale + mean, the
+        row scale of the raw rows x (B, d) that h stands for (needed with row_norm only)."""
+        if self.row_norm:
+            if x is None:
+                raise ValueError("denormalize needs the raw rows x when rows are normalised one by one.")
+            h = h * self.row_scale(x)
         return h * self.norm_scale + self.norm_mean  # (B, d)
 
     def forward(self, h: torch.Tensor) -> VQOutput:

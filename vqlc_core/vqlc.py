@@ -17,10 +17,23 @@ from tqdm.auto import tqdm
 from . import checkpoint, distributed
 from .methods import ModuleMethod, softmax_neg_distances
 from .metrics import R2Accumulator, perplexity_from_counts
-from .vq import NORMALIZE, VQModel, farthest_first, normalization
+from .vq import INITS, NORMALIZE, RESEEDS, VQModel, init_codes, normalization
 
 # Parameters that may change between a killed fit and its resume without changing the result.
 _RESUMABLE = ("epochs", "progress", "checkpoint_dir", "device")
+
+# Named settings of VQLC (`vqlc build --vqlc-variant NAME`). "paper" is the method as the paper
+# describes it: farthest-first initialisation, dead codes re-seeded with the largest-error rows,
+# no penalty beyond reconstruction and commitment (the centring and one global scale of
+# center_rms move and scale the space as a whole, so nearest codes and farthest-first are as on
+# the raw states). "default" was chosen by measurement (bench/vqlc_settings.py, README "Which
+# VQLC settings"): on the paper's settings farthest-first spends every code on the periphery, the
+# mean-pooled prediction rows in the dense centre share one or two codes, and largest-error
+# re-seeding only ever adds codes further out.
+VARIANTS: dict[str, dict] = {
+    "paper": {"init": "farthest_first", "reseed": "largest_error", "normalize": "center_rms", "ortho_weight": 0.0},
+    "default": {"init": "kmeans++", "reseed": "random", "normalize": "center_row", "ortho_weight": 4.0},
+}
 
 
 class VQLC(ModuleMethod):
@@ -38,9 +51,14 @@ class VQLC(ModuleMethod):
     dead_threshold: a code is re-seeded when its EMA count falls below this fraction of its
         share under uniform use (batch_size / n_concepts); it restarts at that share.
     hidden: width of the encoder's and decoder's non-linear branch.
-    init_sample: at most this many rows seed the codebook by farthest-first traversal.
-    normalize: 'center_rms' (default: subtract the mean, divide by one global RMS; chosen by
-        measurement, see `vq.normalization`), 'standard' (per-dimension mean and std) or 'none';
+    init_sample: at most this many rows seed the codebook.
+    init: 'farthest_first' (the paper's traversal over the deduplicated encodings) or 'kmeans++'
+        (D² sampling, which also seeds dense regions).
+    reseed: where dead codes restart: 'largest_error' (the paper's rule) or 'random' batch rows.
+    normalize: 'center_rms' (subtract the mean, divide by one global RMS; chosen over 'standard'
+        by measurement, see `vq.normalization`), 'center_row' (center_rms, then every row
+        rescaled to norm sqrt(d): rows differ by direction only), 'standard' (per-dimension mean
+        and std) or 'none';
         statistics come from one streamed pass over the fit rows into the model's buffers, and
         transform / predict apply them, so callers pass raw store rows.
     epochs: passes over the fit rows; None (default) picks enough for `min_steps` optimiser
@@ -49,14 +67,16 @@ class VQLC(ModuleMethod):
     """
 
     name = "vqlc"
-    config_keys = ("vqlc_beta", "vqlc_epochs", "vqlc_fit_on")
+    config_keys = ("vqlc_beta", "vqlc_epochs", "vqlc_fit_on", "vqlc_variant")
 
     def __init__(self, n_concepts: int = 400, beta: float = 0.25, ortho_weight: float = 4.0, decay: float = 0.99,
                  eps: float = 1e-5, dead_threshold: float = 0.05, epochs: int | None = None, batch_size: int = 256,
-                 lr: float = 1e-3, hidden: int = 256, init_sample: int = 20000, normalize: str = "center_rms",
+                 lr: float = 1e-3, hidden: int = 256, init_sample: int = 20000, normalize: str = "center_row",
                  seed: int = 0, checkpoint_dir: str | None = None, device: str = "cpu", progress: bool = True,
-                 min_steps: int = 1000):
+                 min_steps: int = 1000, init: str = "kmeans++", reseed: str = "random"):
         self.n_concepts = n_concepts
+        self.init = init
+        self.reseed = reseed
         self.beta = beta
         self.ortho_weight = ortho_weight
         self.decay = decay
@@ -81,7 +101,7 @@ class VQLC(ModuleMethod):
         """VQLC with the build's K, beta and epochs; it checkpoints into `workdir/checkpoint` and,
         under torchrun, trains on this rank's device."""
         return cls(n_concepts=mcfg.n_concepts, beta=mcfg.vqlc_beta, epochs=mcfg.vqlc_epochs, seed=seed,
-                   checkpoint_dir=str(Path(workdir) / "checkpoint"),
+                   **VARIANTS[mcfg.vqlc_variant], checkpoint_dir=str(Path(workdir) / "checkpoint"),
                    device=distributed.device() if distributed.world() > 1 else "cpu")
 
     @classmethod
@@ -92,6 +112,10 @@ class VQLC(ModuleMethod):
     def _validate(self) -> None:
         if self.normalize not in NORMALIZE:
             raise ValueError(f"normalize must be one of {', '.join(NORMALIZE)}, got {self.normalize!r}.")
+        if self.init not in INITS:
+            raise ValueError(f"init must be one of {', '.join(INITS)}, got {self.init!r}.")
+        if self.reseed not in RESEEDS:
+            raise ValueError(f"reseed must be one of {', '.join(RESEEDS)}, got {self.reseed!r}.")
         if self.ortho_weight < 0:
             raise ValueError(f"ortho_weight must be >= 0, got {self.ortho_weight}.")
         if not 0.0 <= self.decay < 1.0:
@@ -114,7 +138,9 @@ class VQLC(ModuleMethod):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
             return VQModel(dim, self.n_concepts, hidden=self.hidden, beta=self.beta, decay=self.decay,
-                           eps=self.eps, dead_threshold=threshold, ortho_weight=self.ortho_weight).to(self.device)
+                           eps=self.eps, dead_threshold=threshold, ortho_weight=self.ortho_weight,
+                           row_norm=self.normalize == "center_row", reseed=self.reseed,
+                           seed=self.seed).to(self.device)
 
     def _set_normalization(self, store, rows: np.ndarray) -> None:
         """Mean and scale from one streamed pass over the fit rows, into the model's buffers."""
@@ -122,10 +148,11 @@ class VQLC(ModuleMethod):
             return  # the buffers start as the identity
         batches = store.iter_batches(max(self.batch_size, 8192), shuffle=False, rows=rows)
         mean, var = distributed.moments(batches, store.dim, distributed.collectives().all_reduce, self.device)
-        self.model_.set_normalization_(*normalization(mean, var, self.normalize))
+        how = "center_rms" if self.normalize == "center_row" else self.normalize  # the row scale is the model's
+        self.model_.set_normalization_(*normalization(mean, var, how))
 
     def _init_codebook(self, store, rows: np.ndarray) -> None:
-        """Farthest-first codes from a seeded sample, computed on rank 0 and broadcast by `init_`."""
+        """Codes from a seeded sample (`init`), computed on rank 0 and broadcast by `init_`."""
         cb = self.model_.codebook
         codes = torch.zeros_like(cb.embed)  # (K, dz)
         if distributed.is_main():
@@ -133,7 +160,7 @@ class VQLC(ModuleMethod):
             sample = torch.from_numpy(store.read(np.sort(pick))).to(self.device)
             with torch.no_grad():
                 z = self.model_.encoder(self.model_.normalize(sample))  # (k, dz)
-            codes = farthest_first(z, self.n_concepts, self.seed)
+            codes = init_codes(z, self.n_concepts, self.init, self.seed)
         cb.init_(codes, count=self.batch_size / self.n_concepts)
 
     def _as_tensor(self, X) -> torch.Tensor:
@@ -151,7 +178,7 @@ class VQLC(ModuleMethod):
         for s in range(0, len(X), chunk):
             h = self.model_.normalize(X[s : s + chunk].to(self.device))
             out = self.model_(h)
-            yield out.z, out.indices, self.model_.denormalize(out.recon), h, out.recon
+            yield out.z, out.indices, self.model_.denormalize(out.recon, X[s : s + chunk].to(self.device)), h, out.recon
 
     # ---- fit --------------------------------------------------------------------------
 
@@ -303,6 +330,26 @@ class VQLC(ModuleMethod):
                 counts += np.bincount(idx.cpu().numpy(), minlength=self.n_concepts)
         return {"r2": raw.value(), "r2_normalized": normed.value(), "perplexity": perplexity_from_counts(counts),
                 "dead_codes": int((counts == 0).sum())}
+
+    def concept_centres(self, store, rows: np.ndarray, batch_size: int = 8192) -> np.ndarray:
+        """(K, d) each code mapped to the model's space: the decoder's output for the code,
+        denormalised; with row normalisation at the mean row scale of the code's members among
+        `rows` (a code without members there takes the mean row scale of all of them)."""
+        self.check_fitted("model_")
+        model = self.model_
+        scale_sum, counts = np.zeros(self.n_concepts), np.zeros(self.n_concepts)
+        if model.row_norm:
+            for x in store.iter_batches(batch_size, shuffle=False, rows=rows):
+                with torch.no_grad():
+                    r = model.row_scale(x.to(self.device))[:, 0].double().cpu().numpy()
+                idx = self.predict(x)
+                np.add.at(scale_sum, idx, r)
+                np.add.at(counts, idx, 1)
+        with torch.no_grad():
+            h = model.decoder(model.codebook.embed)  # (K, d) in the normalised space
+            r = np.where(counts > 0, scale_sum / np.maximum(counts, 1), scale_sum.sum() / max(counts.sum(), 1))
+            r = torch.as_tensor(r if model.row_norm else np.ones(self.n_concepts), dtype=h.dtype, device=h.device)
+            return (h * r[:, None] * model.norm_scale + model.norm_mean).cpu().numpy().astype(np.float32)
 
     def concept_extra(self) -> dict[str, np.ndarray]:
         """VQLC's arrays for the concept set: the codes and, after predict_store, the mean encodings."""

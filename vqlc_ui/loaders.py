@@ -83,6 +83,17 @@ def texts(run_dir: str, _stamp: int):
     return load_run(run_dir, _stamp).texts
 
 
+@st.cache_data(show_spinner=False, max_entries=256)
+def prediction_members(run_dir: str, _stamp: int, method: str, k: int, n: int = 5) -> dict:
+    """Concept k's train prediction rows nearest its concept vector and its share of word rows
+    (`browse.nearest_prediction_members`), found once per run, method and concept."""
+    from vqlc_core.browse import nearest_prediction_members
+
+    store = load_run(run_dir, _stamp).store
+    return nearest_prediction_members(texts(run_dir, _stamp), store.tokens, store, concepts(run_dir, _stamp, method),
+                                      int(k), n)
+
+
 @st.cache_data(show_spinner=False, max_entries=16)
 def concept_map(run_dir: str, _stamp: int, method: str):
     return load_run(run_dir, _stamp).concept_map(method)

@@ -1,6 +1,7 @@
 """Views several pages show: one concept's own view, a concept's picture (its word cloud, or its
-word list where no cloud can be drawn), and the cards of an explanation's concepts with a toggle
-each that ablates them together, the prediction they give shown above the cards."""
+word list where no cloud can be drawn), a prediction concept shown by its sentences, and the
+cards of an explanation's concepts with a toggle each that ablates them together, the prediction
+they give shown above the cards."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from vqlc_core.run import Run
 from . import share
 from vqlc_core.features import activation_html
 
-from .loaders import ablate, cloud, concepts, feature_contexts, stamp, texts, thumbnail, tokens, top_activations
+from .loaders import (ablate, cloud, concepts, feature_contexts, prediction_members, stamp, texts, thumbnail, tokens,
+                      top_activations)
 from .widgets import guard, text_key
 
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|~<>$&])")
@@ -113,6 +115,29 @@ def feature_activations(run: Run, method: str, k: int) -> None:
     lines = [f"- `{c['activation']:.2f}` {activation_html(c, scale)}" for c in ctx]
     st.markdown("**Top-activating contexts** (shade: this feature's activation on each word)\n\n"
                 + "\n".join(lines), unsafe_allow_html=True)
+
+
+def prediction_concept(run: Run, method: str, ex: dict, n: int = 5) -> None:
+    """The input's prediction concept (its top one) shown as a prediction concept: the sentences of
+    its train prediction rows nearest its concept vector and its share of word rows, with one
+    sentence of warning when words make most of it (its top words then name the prediction poorly)."""
+    top = ex["methods"][method]["prediction_concepts"]
+    if not top:
+        return
+    k, rd, sp = int(top[0]["concept"]), str(run.dir), stamp(run)
+    cs = concepts(rd, sp, method)
+    with guard():
+        members = prediction_members(rd, sp, method, k, n)
+    st.markdown(f"**Prediction concept {plain(cs.label(k))}**, shown by its train sentences nearest its vector:")
+    if members["texts"]:
+        st.markdown("\n".join(f"- {plain(t)}" for t in members["texts"]))
+    else:
+        st.caption("None of its train members is a prediction row.")
+    note = browse.mostly_words_message(cs, k)
+    if note:  # it gives the share of word rows too
+        st.info(plain(note), icon=":material/info:")
+    elif members["size"]:
+        st.caption(f"Word rows: {browse.percent(members['word_share'])} of its {members['size']:,} train members.")
 
 
 def ablation_panel(run: Run, method: str, text: str, ex: dict, cloud_width: int = 120) -> list[int]:
