@@ -5,7 +5,7 @@ import plotly.express as px
 import streamlit as st
 
 import vqlc_ui
-from vqlc_core import browse, sae_compare
+from vqlc_core import browse, sae_compare, tables
 
 ORDER = ("kmeans", "lacoat", "vqlc")
 run, _ = vqlc_ui.sidebar(need=("classifier", "evaluate"), choose_method=False)
@@ -46,6 +46,12 @@ st.plotly_chart(px.bar(faith, x="target", y="mean_conf_drop", color="method", ba
                        hover_data=[c for c in ("flip_rate", "mean_energy", "n") if c in faith],
                        labels={"mean_conf_drop": "mean confidence drop"}),
                 width="stretch", key="faith_chart")
+st.subheader("Against energy-matched controls")
+st.caption("Each target's drop minus its control's on the same sentences and seeds, where the control is the other "
+           "concept(s) of the same method, or random direction(s) drawn from the train states' distribution, whose "
+           "ablation removes the energy closest to the target's. Above zero: the concept matters more than an "
+           "equally large cut.")
+st.markdown(tables.matched_table(run))
 st.header("Cost and codebook use")
 cost = browse.cost_table(measures)
 st.dataframe(cost, hide_index=True)

@@ -148,7 +148,8 @@ def test_user_html_in_the_input_is_escaped(cache_env):
 @pytest.mark.slow
 def test_compare_shows_the_three_methods_and_the_faithfulness_table(cache_env):
     at = rendered(page("compare", text=SENTENCE), "compare")
-    assert [s.value for s in at.subheader] == ["kmeans", "lacoat", "vqlc"]
+    assert [s.value for s in at.subheader] == ["kmeans", "lacoat", "vqlc", "Against energy-matched controls"]
+    assert any("| VQLC | prediction concept | matched concept |" in m.value for m in at.markdown)
     assert len(html_bodies(at)) == 3
     faith = at.dataframe[0].value
     assert set(faith["method"]) == {"control", "kmeans", "lacoat", "vqlc"}

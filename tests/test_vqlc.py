@@ -200,10 +200,11 @@ def test_predict_with_the_wrong_width_is_refused(fitted):
         fitted.predict(np.zeros((2, 5), np.float32))
 
 
-def test_the_orthogonality_penalty_keeps_the_projection_near_an_isometry(fitted, store):
-    sv = torch.linalg.svdvals(fitted.model_.encoder.proj.weight.detach())
-    assert fitted.ortho_weight > 0 and 0.9 < sv.min() and sv.max() < 1.1
-    assert fitted.history_[-1]["ortho"] < 1e-2  # the penalty's mean over the last epoch
+def test_the_orthogonality_penalty_keeps_the_projection_near_an_isometry(store):
+    held = VQLC(**SMALL, ortho_weight=4.0, normalize="center_rms", init="farthest_first").fit(store)
+    sv = torch.linalg.svdvals(held.model_.encoder.proj.weight.detach())
+    assert 0.9 < sv.min() and sv.max() < 1.1
+    assert held.history_[-1]["ortho"] < 1e-2  # the penalty's mean over the last epoch
     free = VQLC(**SMALL, ortho_weight=0.0, normalize="center_rms", init="farthest_first").fit(store)
     sv_free = torch.linalg.svdvals(free.model_.encoder.proj.weight.detach())
     assert sv_free.max() > 1.3  # without the penalty P stretches within three epochs
@@ -230,3 +231,19 @@ def test_the_streamed_measures_describe_a_good_fit(fitted, store):
     assert set(m) == {"r2", "r2_normalized", "perplexity", "dead_codes"}
     assert 0.5 < m["r2_normalized"] <= 1.0
     assert m["dead_codes"] == 0 and m["perplexity"] > 6
+
+
+def test_a_codes_centre_is_the_decoded_code_in_the_models_space(store):
+    plain = VQLC(**SMALL, normalize="center_rms").fit(store)
+    with torch.no_grad():
+        decoded = plain.model_.decoder(plain.model_.codebook.embed) * plain.model_.norm_scale + plain.model_.norm_mean
+    rows = np.arange(store.n_rows)
+    assert np.allclose(plain.concept_centres(store, rows), decoded.numpy(), atol=1e-5)
+    rowwise = VQLC(**SMALL, normalize="center_row").fit(store)  # decoded at the mean row scale of each code's members
+    idx = rowwise.predict(store.read_all())
+    with torch.no_grad():
+        scale = rowwise.model_.row_scale(torch.from_numpy(store.read_all()))[:, 0].double().numpy()
+        h = rowwise.model_.decoder(rowwise.model_.codebook.embed).double().numpy()
+    k = int(np.bincount(idx).argmax())
+    want = h[k] * scale[idx == k].mean() * rowwise.scale_ + rowwise.mean_
+    assert np.allclose(rowwise.concept_centres(store, rows)[k], want, rtol=1e-4, atol=1e-3)

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .distributed import collectives
+from .distributed import collectives, rank as distributed_rank
 
 NORMALIZE = ("none", "standard", "center_rms", "center_row")
 INITS = ("farthest_first", "kmeans++")
@@ -164,12 +164,13 @@ class EMACodebook(nn.Module):
             raise ValueError(f"reseed must be one of {', '.join(RESEEDS)}, got {reseed!r}.")
         self.n_codes, self.dim = n_codes, dim
         self.decay, self.eps, self.dead_threshold = decay, eps, dead_threshold
-        self.reseed = reseed
-        self._gen = torch.Generator().manual_seed(int(seed))  # the draws of reseed="random"
+        self.reseed, self.seed = reseed, int(seed)
         self.register_buffer("embed", torch.randn(n_codes, dim))
         self.register_buffer("embed_avg", self.embed.clone())
         self.register_buffer("cluster_size", torch.ones(n_codes))
         self.register_buffer("initted", torch.tensor(False))
+        # re-seeding calls so far: with `seed`, the stream of reseed="random", so a resumed fit draws as an uninterrupted one
+        self.register_buffer("reseed_calls", torch.zeros((), dtype=torch.long))
         self.all_reduce_fn, self.broadcast_fn, self.all_gather_fn = collectives()  # no-ops in one process
 
     @torch.no_grad()
@@ -209,6 +210,15 @@ class EMACodebook(nn.Module):
         smoothed = (self.cluster_size + self.eps) / (n + self.n_codes * self.eps) * n  # (K,)
         self.embed.copy_(self.embed_avg / smoothed[:, None])
 
+    def _random_keys(self, n_local: int) -> torch.Tensor:
+        """(n_local,) uniform keys of this rank's rows: keys are drawn for the whole global batch
+        from (seed, call) and each rank takes its slice's, so ranks together draw what one process
+        draws for the whole batch."""
+        sizes = torch.cat(self.all_gather_fn(torch.tensor([n_local], device=self.embed.device))).cpu()  # per rank
+        offset = int(sizes[: distributed_rank()].sum())
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + int(self.reseed_calls))
+        return torch.rand(int(sizes.sum()), generator=gen, dtype=torch.float64)[offset : offset + n_local]
+
     @torch.no_grad()
     def replace_dead_codes_(self, z: torch.Tensor, dists: torch.Tensor) -> int:
         """Re-seed every code whose EMA count is below `dead_threshold`; return how many.
@@ -228,6 +238,7 @@ class EMACodebook(nn.Module):
         change and it equals the change one process makes on the whole batch.
         """
         dead = torch.nonzero(self.cluster_size < self.dead_threshold).squeeze(1)  # (n_dead,), in index order
+        self.reseed_calls += 1
         if len(dead) == 0:
             return 0
         n_batch = torch.tensor([len(z)], device=z.device)
@@ -237,7 +248,7 @@ class EMACodebook(nn.Module):
         share = self.cluster_size.sum() / self.n_codes
         err = dists.min(1).values if len(z) else z.new_zeros(0)  # (B,)
         if self.reseed == "random":  # random keys: the top n are a uniform draw from the batch
-            err = torch.rand(len(z), generator=self._gen).to(device=z.device, dtype=err.dtype)
+            err = self._random_keys(len(z)).to(device=z.device, dtype=err.dtype)
         top = torch.argsort(err, descending=True, stable=True)[:n]
         offer = torch.full((n, self.dim + 1), float("-inf"), dtype=self.embed.dtype, device=z.device)  # (n, 1 + dz)
         offer[: len(top), 0] = err[top].to(offer.dtype)
@@ -303,6 +314,7 @@ class VQModel(nn.Module):
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         state_dict.setdefault(prefix + "norm_rows", torch.tensor(False))  # models saved before row normalisation
+        state_dict.setdefault(prefix + "codebook.reseed_calls", torch.zeros((), dtype=torch.long))  # and re-seeding
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def row_scale(self, x: torch.Tensor) -> torch.Tensor:

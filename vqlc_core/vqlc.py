@@ -32,7 +32,7 @@ _RESUMABLE = ("epochs", "progress", "checkpoint_dir", "device")
 # re-seeding only ever adds codes further out.
 VARIANTS: dict[str, dict] = {
     "paper": {"init": "farthest_first", "reseed": "largest_error", "normalize": "center_rms", "ortho_weight": 0.0},
-    "default": {"init": "kmeans++", "reseed": "random", "normalize": "center_row", "ortho_weight": 4.0},
+    "default": {"init": "kmeans++", "reseed": "random", "normalize": "center_row", "ortho_weight": 0.0},
 }
 
 
@@ -45,9 +45,13 @@ class VQLC(ModuleMethod):
         projection P near an isometry of the model's space (0 turns it off, as in the paper).
         Off, P stretches during training (singular values 0.04 to 2.9 on the default store, mean
         ||z||²/d 3.6 against 1.0 for the states, a commitment loss that rises every epoch) and
-        codes are assigned in a distorted space. The default 4 keeps them within 0.96 to 1.20
+        codes are assigned in a distorted space. A weight of 4 keeps them within 0.96 to 1.20
         (||z||²/d 1.27, commitment falling) at a dev R² of 0.374 against 0.388 off (3 seeds);
         0.4 leaves a stretch of 1.5, 40 and a frozen P = I do no better (bench/vqlc_fidelity.py).
+        The default is 0: with k-means++ initialisation and row normalisation the penalty made
+        prediction concepts no more faithful (against their energy-matched controls +0.051
+        [0.031, 0.071] with it, +0.061 [0.041, 0.082] without, 3 seeds) and cost 30% more fit
+        time (bench/vqlc_settings.py).
     dead_threshold: a code is re-seeded when its EMA count falls below this fraction of its
         share under uniform use (batch_size / n_concepts); it restarts at that share.
     hidden: width of the encoder's and decoder's non-linear branch.
@@ -69,7 +73,7 @@ class VQLC(ModuleMethod):
     name = "vqlc"
     config_keys = ("vqlc_beta", "vqlc_epochs", "vqlc_fit_on", "vqlc_variant")
 
-    def __init__(self, n_concepts: int = 400, beta: float = 0.25, ortho_weight: float = 4.0, decay: float = 0.99,
+    def __init__(self, n_concepts: int = 400, beta: float = 0.25, ortho_weight: float = 0.0, decay: float = 0.99,
                  eps: float = 1e-5, dead_threshold: float = 0.05, epochs: int | None = None, batch_size: int = 256,
                  lr: float = 1e-3, hidden: int = 256, init_sample: int = 20000, normalize: str = "center_row",
                  seed: int = 0, checkpoint_dir: str | None = None, device: str = "cpu", progress: bool = True,
