@@ -10,6 +10,7 @@ import math
 
 import pandas as pd
 
+from .faithfulness import TARGETS
 from .runio import RunError, read_json, read_parquet
 
 NAMES = {"vqlc": "VQLC", "kmeans": "K-Means", "lacoat": "LACOAT", "sae": "SAE"}
@@ -72,6 +73,8 @@ def faithfulness_table(run) -> str:
 def paired_table(run) -> str:
     path = run.dir / "eval" / "paired.parquet"
     df = read_parquet(path) if path.exists() else pd.DataFrame()
+    if not df.empty:  # the concept targets; methods are compared against their own controls in matched_table
+        df = df[df["target"].isin(TARGETS)]
     if df.empty:
         return "(no paired differences: VQLC and another method are needed)"
     out = pd.DataFrame({
