@@ -102,7 +102,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    from vqlc_core.evaluate import train_covariance
+    from vqlc_core.evaluate import faithfulness_sentences, train_covariance
     from vqlc_core.faithfulness import (MATCHED, PREDICTION, SALIENT, faithfulness, matched_differences,
                                         summarize_faithfulness)
     from vqlc_core.metrics import assignment_ami
@@ -111,7 +111,7 @@ def main() -> None:
     run = Run(ROOT / "cache" / "runs" / args.run)
     names = args.variants or [*variants(), *REFERENCES]
     rows = np.load(run.dir / "fitset.npy")
-    texts = run.texts[run.texts["split"] == "test"]["text"].tolist()[: args.texts]
+    texts = faithfulness_sentences(run.texts, args.texts, run.cfg.seed)  # a seeded sample: MR lists one class first
     cov = train_covariance(run.store, seed=run.cfg.seed)
     parts, per_variant, assignments = [], {}, {}
     for seed in args.seeds:

@@ -178,3 +178,16 @@ def test_a_target_is_measured_against_its_matched_control_sentence_by_sentence()
     assert got.loc[MATCHED[PREDICTION][0], "diff_conf_drop_low"] == pytest.approx(0.1)  # pairing removes the noise
     by_class = matched_differences(pd.DataFrame(rows), by_class=True)
     assert sorted(by_class["predicted"].unique()) == [0, 1] and (by_class["n_sentences"] == 150).all()
+
+
+def test_the_faithfulness_sentences_are_a_seeded_sample_of_the_test_split_when_fewer_are_asked():
+    from vqlc_core.evaluate import faithfulness_sentences
+
+    texts = pd.DataFrame({"text": [f"t{i}" for i in range(100)], "split": ["train"] * 20 + ["test"] * 80,
+                          "label": [1] * 60 + [0] * 40})  # one class listed first, as MR does
+    assert faithfulness_sentences(texts, 500) == [f"t{i}" for i in range(20, 100)]
+    got = faithfulness_sentences(texts, 40, seed=0)
+    assert len(got) == 40 and got == sorted(got, key=lambda t: int(t[1:]))  # text order kept
+    labels = texts.set_index("text").loc[got, "label"]
+    assert 0.25 < labels.mean() < 0.75  # both classes, where the first 40 test texts are all of one
+    assert got == faithfulness_sentences(texts, 40, seed=0) != faithfulness_sentences(texts, 40, seed=1)

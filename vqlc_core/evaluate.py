@@ -79,6 +79,17 @@ def completeness_summary(errors, steps: int, baseline_proba=(), baseline: str = 
     return out
 
 
+def faithfulness_sentences(texts, n: int, seed: int = 0) -> list[str]:
+    """The test split's texts for the faithfulness table: all of them, or a seeded sample of n in
+    text order. (The first n would do for a shuffled corpus, but MR lists one class first: its
+    first 200 test sentences are all positive.)"""
+    test = texts[texts["split"] == "test"]["text"].tolist()
+    if n >= len(test):
+        return test
+    pick = np.sort(np.random.default_rng(seed).choice(len(test), size=n, replace=False))
+    return [test[i] for i in pick]
+
+
 def train_covariance(store, n: int = 20000, seed: int = 0) -> np.ndarray:
     """(d, d) covariance of the store's train rows (a seeded sample of at most n of them): the
     distribution the energy-matched random directions are drawn from."""
@@ -103,7 +114,7 @@ def evaluate(run) -> dict:
     cfg = run.cfg
     built = run.methods_built()
     texts = run.texts
-    test = texts[texts["split"] == "test"]["text"].tolist()[: cfg.eval.faithfulness_texts]
+    test = faithfulness_sentences(texts, cfg.eval.faithfulness_texts, cfg.seed)
     cov = train_covariance(run.store, seed=cfg.seed)
     measures, parts = {}, []
     for i, seed in enumerate(cfg.method_seeds):
