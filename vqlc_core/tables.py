@@ -10,7 +10,7 @@ import math
 
 import pandas as pd
 
-from .faithfulness import TARGETS
+from .faithfulness import PREDICTION, SALIENT, TARGETS
 from .runio import RunError, read_json, read_parquet
 
 NAMES = {"vqlc": "VQLC", "kmeans": "K-Means", "lacoat": "LACOAT", "sae": "SAE"}
@@ -57,17 +57,21 @@ def summary_line(run) -> str:
 
 
 def faithfulness_table(run) -> str:
-    df = read_parquet(run.dir / "eval" / "faithfulness.parquet")
-    out = pd.DataFrame({
+    return _md(_faithfulness_frame(read_parquet(run.dir / "eval" / "faithfulness.parquet")))
+
+
+def _faithfulness_frame(df: pd.DataFrame, predicted: list[str] | None = None) -> pd.DataFrame:
+    """`summarize_faithfulness` rows as display columns (with a `predicted` class column when given)."""
+    return pd.DataFrame({
         "method": df["method"].map(lambda m: NAMES.get(m, m)),
         "target": df["target"],
+        **({"predicted": predicted} if predicted is not None else {}),
         "sentences × seeds": [f"{int(a)} × {int(b)}" for a, b in zip(df["n_sentences"], df["n_seeds"])],
         "mean Δconfidence [95% CI]": [_interval(*r) for r in zip(df["mean_conf_drop"], df["conf_drop_low"],
                                                                   df["conf_drop_high"])],
         "flip rate [95% CI]": [_interval(*r) for r in zip(df["flip_rate"], df["flip_rate_low"], df["flip_rate_high"])],
         "energy removed": [_num(e) for e in df["mean_energy"]],
     })
-    return _md(out)
 
 
 def paired_table(run) -> str:
@@ -123,18 +127,8 @@ def by_class_table(run) -> str:
     df = _read_optional(run, "faithfulness_by_class.parquet")
     if df.empty:
         return "(no per-class rows: rebuild the evaluate stage)"
-    df = df[df["target"].isin(["prediction concept", "salient-word concepts", "global mean"])]
-    out = pd.DataFrame({
-        "method": df["method"].map(lambda m: NAMES.get(m, m)),
-        "target": df["target"],
-        "predicted": [_class_name(run, c) for c in df["predicted"]],
-        "sentences × seeds": [f"{int(a)} × {int(b)}" for a, b in zip(df["n_sentences"], df["n_seeds"])],
-        "mean Δconfidence [95% CI]": [_interval(*r) for r in zip(df["mean_conf_drop"], df["conf_drop_low"],
-                                                                  df["conf_drop_high"])],
-        "flip rate [95% CI]": [_interval(*r) for r in zip(df["flip_rate"], df["flip_rate_low"], df["flip_rate_high"])],
-        "energy removed": [_num(e) for e in df["mean_energy"]],
-    })
-    return _md(out)
+    df = df[df["target"].isin([PREDICTION, SALIENT, "global mean"])]
+    return _md(_faithfulness_frame(df, [_class_name(run, c) for c in df["predicted"]]))
 
 
 def baseline_line(run) -> str:
