@@ -12,7 +12,8 @@ page = st.navigation([
     st.Page("pages/explain.py", title="Explain", icon=":material/psychology:"),
     st.Page("pages/compare.py", title="Compare", icon=":material/view_column:"),
     st.Page("pages/case_study.py", title="Case study", icon=":material/push_pin:"),
-    st.Page("pages/judges.py", title="Judges and labels", icon=":material/gavel:"),
+    st.Page("pages/judges.py", title="Judges", icon=":material/gavel:"),
+    st.Page("pages/labels.py", title="Labels", icon=":material/label:"),
     st.Page("pages/build.py", title="Build", icon=":material/build:"),
 ])
 try:

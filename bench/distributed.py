@@ -27,12 +27,12 @@ def worker(a) -> None:
     import pandas as pd
     import torch
 
-    from vqlc_core import distributed
-    from vqlc_core.backbone import Backbone
-    from vqlc_core.extract import ExtractConfig, build_store
-    from vqlc_core.datasets import load_dataset
-    from vqlc_core.models import resolve_model
-    from vqlc_core.vqlc import VQLC
+    from vqlc_core.base import distributed
+    from vqlc_core.data.backbone import Backbone
+    from vqlc_core.data.extract import ExtractConfig, build_store
+    from vqlc_core.data.datasets import load_dataset
+    from vqlc_core.data.models import resolve_model
+    from vqlc_core.methods.vqlc import VQLC
 
     distributed.init()
     ds = load_dataset("mr", cache_dir=ROOT / "cache", limit=a.texts, seed=0)

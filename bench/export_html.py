@@ -55,8 +55,8 @@ def main() -> None:
     ap.add_argument("--method", default="vqlc", help="the concept method to export (default: vqlc)")
     args = ap.parse_args()
 
-    from vqlc_core import export_html
-    from vqlc_core.run import Run
+    from vqlc_core.views import export_html
+    from vqlc_core.build.run import Run
 
     run = Run(ROOT / "cache" / "runs" / args.run)
     with tempfile.TemporaryDirectory() as tmp:

@@ -30,10 +30,10 @@ def child(n: int, out: str, shard_rows: int) -> None:
     import numpy as np
     import pandas as pd
 
-    from vqlc_core.backbone import Backbone
-    from vqlc_core.extract import ExtractConfig, build_store
-    from vqlc_core.datasets import load_dataset
-    from vqlc_core.models import resolve_model
+    from vqlc_core.data.backbone import Backbone
+    from vqlc_core.data.extract import ExtractConfig, build_store
+    from vqlc_core.data.datasets import load_dataset
+    from vqlc_core.data.models import resolve_model
 
     ds = load_dataset("mr", cache_dir=ROOT / "cache", limit=n, seed=0)
     texts = pd.DataFrame({"text_id": np.arange(len(ds.texts)), "text": ds.texts, "label": ds.labels, "split": "train"})

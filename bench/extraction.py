@@ -27,13 +27,13 @@ def naive_rows(bb, texts: list[str], layer: int, batch_size: int, dtype=None):
     import numpy as np
     import torch
 
-    from vqlc_core.backbone import _autocast, aggregate_words
+    from vqlc_core.data.backbone import aggregate_words, autocast
 
     out = []
     with torch.inference_mode():
         for b in range(0, len(texts), batch_size):
             enc, words = bb.tokenize(texts[b : b + batch_size])
-            with _autocast(dtype):
+            with autocast(dtype):
                 hs = bb.base(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
                              output_hidden_states=True).hidden_states[layer].float()
             out += [aggregate_words(hs[j], words[j]).numpy() for j in range(len(words))]
@@ -44,7 +44,7 @@ def store_rows(bb, texts, layer: int, batch_size: int, dtype: str):
     import numpy as np
     import pandas as pd
 
-    from vqlc_core.extract import ExtractConfig, build_store
+    from vqlc_core.data.extract import ExtractConfig, build_store
 
     df = pd.DataFrame({"text_id": np.arange(len(texts)), "text": texts, "label": 0, "split": "train"})
     with tempfile.TemporaryDirectory() as d:
@@ -72,9 +72,9 @@ def main() -> None:
     import numpy as np
     import torch
 
-    from vqlc_core.backbone import Backbone
-    from vqlc_core.datasets import load_dataset
-    from vqlc_core.models import resolve_model
+    from vqlc_core.data.backbone import Backbone
+    from vqlc_core.data.datasets import load_dataset
+    from vqlc_core.data.models import resolve_model
 
     torch.set_num_threads(a.threads)
     texts = load_dataset("mr", cache_dir=ROOT / "cache", limit=a.texts, seed=0).texts

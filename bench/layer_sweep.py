@@ -22,9 +22,9 @@ import shutil
 import time
 from pathlib import Path
 
-from vqlc_core.pipeline import build
-from vqlc_core.run import Run
-from vqlc_core.runio import read_json, read_parquet
+from vqlc_core.build.pipeline import build
+from vqlc_core.build.run import Run
+from vqlc_core.base.runio import read_json, read_parquet
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"

@@ -26,9 +26,9 @@ def main() -> None:
     a = ap.parse_args()
     import numpy as np
 
-    from vqlc_core.metrics import codebook_perplexity, dead_codes
-    from vqlc_core.run import Run
-    from vqlc_core.vqlc import VQLC
+    from vqlc_core.methods.metrics import codebook_perplexity, dead_codes
+    from vqlc_core.build.run import Run
+    from vqlc_core.methods.vqlc import VQLC
 
     results = []
     for name in a.runs:

@@ -45,7 +45,7 @@ SETTINGS = {
 def measure(run, name: str, seed: int) -> dict:
     import numpy as np
 
-    from vqlc_core.sae import SAEConcepts
+    from vqlc_core.methods.sae import SAEConcepts
 
     store = run.store
     fitset = np.load(run.dir / "fitset.npy")
@@ -72,7 +72,7 @@ def markdown(rows: list[dict]) -> str:
 
 
 def main() -> None:
-    from vqlc_core.run import Run
+    from vqlc_core.build.run import Run
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--run", default="default")

@@ -28,7 +28,7 @@ def make_store(n: int, source_run: str, out: Path, seed: int = 0, noise: float =
     """A store of n rows: the real rows of `source_run`, then noisy repeats (relative noise)."""
     import numpy as np
 
-    from vqlc_core.store import ActivationStore, ShardWriter, finalize_store
+    from vqlc_core.data.store import ActivationStore, ShardWriter, finalize_store
 
     if (out / "store.json").exists():
         return out
@@ -64,8 +64,8 @@ def peak_rss_mb() -> float:
 def fit_child(method: str, store_path: str, k: int, seed: int) -> dict:
     import numpy as np
 
-    from vqlc_core.methods import method_class
-    from vqlc_core.store import ActivationStore
+    from vqlc_core.methods.base import method_class
+    from vqlc_core.data.store import ActivationStore
 
     store = ActivationStore(store_path)
     base = peak_rss_mb()
@@ -93,7 +93,7 @@ def main() -> None:
     if a.child:
         print(json.dumps(fit_child(a.child[0], a.child[1], a.k, a.seed)))
         return
-    from vqlc_core.lacoat import estimate_memory, max_rows_within
+    from vqlc_core.methods.lacoat import estimate_memory, max_rows_within
     import psutil
 
     budget = 0.5 * psutil.virtual_memory().available

@@ -45,8 +45,8 @@ def main() -> None:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from vqlc_core.store import ActivationStore, ArrayStore
-    from vqlc_core.vqlc import VQLC
+    from vqlc_core.data.store import ActivationStore, ArrayStore
+    from vqlc_core.methods.vqlc import VQLC
 
     torch.set_num_threads(a.threads)
     src = ActivationStore(ROOT / "cache" / "runs" / a.source_run / "store")

@@ -52,8 +52,8 @@ def variant(name: str, seed: int):
     the model that `_build` returns."""
     import torch
 
-    from vqlc_core.vq import EMACodebook
-    from vqlc_core.vqlc import VQLC
+    from vqlc_core.methods.vq import EMACodebook
+    from vqlc_core.methods.vqlc import VQLC
 
     class ReseedAtThreshold(EMACodebook):
         """The rule before issue #14: a re-seeded code starts at the dead threshold."""
@@ -93,7 +93,7 @@ def centroid_r2(assign_fit, x_fit, assign_dev, x_dev, k: int) -> float:
     with no fit rows)."""
     import numpy as np
 
-    from vqlc_core.metrics import r2_score
+    from vqlc_core.methods.metrics import r2_score
 
     counts = np.bincount(assign_fit, minlength=k)
     means = np.zeros((k, x_fit.shape[1]))
@@ -134,7 +134,7 @@ def measure_kmeans(seed: int, store, x_fit, x_dev) -> dict:
     import numpy as np
     from sklearn.cluster import KMeans
 
-    from vqlc_core.metrics import perplexity_from_counts
+    from vqlc_core.methods.metrics import perplexity_from_counts
 
     cpu0, t0 = time.process_time(), time.perf_counter()
     km = KMeans(400, n_init=1, random_state=seed).fit(x_fit)
@@ -204,7 +204,7 @@ def main() -> None:
     import numpy as np
     import torch
 
-    from vqlc_core.store import ActivationStore
+    from vqlc_core.data.store import ActivationStore
 
     torch.set_num_threads(1)
     store = ActivationStore(STORE / "store")

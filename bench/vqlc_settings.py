@@ -46,7 +46,7 @@ REFERENCES = ("kmeans", "lacoat")
 
 
 def variants() -> dict[str, dict]:
-    from vqlc_core.vqlc import VARIANTS
+    from vqlc_core.methods.vqlc import VARIANTS
 
     out = {"paper": dict(VARIANTS["paper"]), "default": dict(VARIANTS["default"])}
     out.update({name: {**VARIANTS["paper"], **change} for name, change in CHANGES.items()})
@@ -55,9 +55,9 @@ def variants() -> dict[str, dict]:
 
 def fit_one(run, name: str, seed: int, rows):
     """(fitted method, its ConceptSet) of a VQLC variant or a reference method."""
-    from vqlc_core.concepts import ConceptSet
-    from vqlc_core.methods import method_class
-    from vqlc_core.vqlc import VQLC
+    from vqlc_core.methods.concepts import ConceptSet
+    from vqlc_core.methods.base import method_class
+    from vqlc_core.methods.vqlc import VQLC
 
     if name in REFERENCES:
         method = method_class(name).from_config(run.cfg.methods, seed, run.dir / "bench-tmp")
@@ -72,8 +72,8 @@ def fit_one(run, name: str, seed: int, rows):
 
 
 def measures(run, method, cs) -> dict:
-    from vqlc_core.evaluate import prediction_concepts
-    from vqlc_core.metrics import centroid_r2, codebook_perplexity, dead_codes
+    from vqlc_core.evaluate.evaluation import prediction_concepts
+    from vqlc_core.methods.metrics import centroid_r2, codebook_perplexity, dead_codes
 
     dev = run.store.rows_where(split="dev")
     out = {f"test_prediction_{k}": v for k, v in prediction_concepts(cs, run.store.tokens).items()}
@@ -102,11 +102,11 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    from vqlc_core.evaluate import faithfulness_sentences, train_covariance
-    from vqlc_core.faithfulness import (MATCHED, PREDICTION, SALIENT, faithfulness, matched_differences,
+    from vqlc_core.evaluate.evaluation import faithfulness_sentences, train_covariance
+    from vqlc_core.evaluate.faithfulness import (MATCHED, PREDICTION, SALIENT, faithfulness, matched_differences,
                                         summarize_faithfulness)
-    from vqlc_core.metrics import assignment_ami
-    from vqlc_core.run import Run
+    from vqlc_core.methods.metrics import assignment_ami
+    from vqlc_core.build.run import Run
 
     run = Run(ROOT / "cache" / "runs" / args.run)
     names = args.variants or [*variants(), *REFERENCES]

@@ -3,8 +3,8 @@
 import streamlit as st
 
 import vqlc_ui
-from vqlc_core.config import PRESETS, preset
-from vqlc_core.run import runs_overview
+from vqlc_core.build.config import PRESETS, preset
+from vqlc_core.build.run import runs_overview
 
 vqlc_ui.app_navigation()
 name = st.sidebar.selectbox("Preset", sorted(PRESETS), index=sorted(PRESETS).index("default"))
@@ -33,7 +33,7 @@ if st.button(f"Build '{cfg.run}'", type="primary", icon=":material/play_arrow:")
         stage_line.caption(f"Stage {min(i + 1, n)} of {n}: {stage}" if stage != "done" else "All stages done.")
 
     with vqlc_ui.guard():
-        from vqlc_core.pipeline import build
+        from vqlc_core.build.pipeline import build
 
         build(cfg, on_stage=on_stage)
     st.success(f"Run '{cfg.run}' is built; open the Concepts page.")

@@ -9,8 +9,8 @@ from functools import partial
 import streamlit as st
 
 import vqlc_ui
-from vqlc_core import browse, report
-from vqlc_core.pins import load_pins, remove_pin
+from vqlc_core.views import browse, report
+from vqlc_core.views.pins import load_pins, remove_pin
 
 run, _ = vqlc_ui.sidebar(choose_method=False)
 with vqlc_ui.guard():

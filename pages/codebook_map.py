@@ -1,25 +1,20 @@
 """Codebook map: the stored 2-D map of one method's concept vectors; choosing a point opens it."""
 
-import html
-
 import plotly.express as px
 import streamlit as st
 
 import vqlc_ui
-from vqlc_core.maps import marker_size
+from vqlc_core.views import maps
 
 run, method = vqlc_ui.sidebar(need=("maps",))
 st.title(f"Codebook map: {method}")
 st.caption("One point per concept (UMAP of the concept vectors, computed at build time): size = members, "
            "colour = dominant class. Click a point to open the concept.")
-df = vqlc_ui.concept_map(str(run.dir), vqlc_ui.stamp(run), method).copy()
-df["marker"] = marker_size(df["size"])
-df["top_words"] = df["top_words"].map(html.escape)  # plotly's hover reads tags; words from the corpus are text
 cs = vqlc_ui.concepts(str(run.dir), vqlc_ui.stamp(run), method)
-fig = px.scatter(df, x="x", y="y", size="marker", size_max=28, color="dominant_class", custom_data=["concept"],
-                 hover_name=[html.escape(cs.label(int(k))) for k in df["concept"]], height=560,
-                 hover_data={"top_words": True, "size": True, "purity": ":.2f", "marker": False, "x": False,
-                             "y": False})
+df = maps.plot_frame(vqlc_ui.concept_map(str(run.dir), vqlc_ui.stamp(run), method), cs.label)
+fig = px.scatter(df, x="x", y="y", size="marker", color="dominant_class", custom_data=["concept"], hover_name="name",
+                 hover_data=maps.HOVER_DATA, height=560)
+fig.update_traces(marker={"sizemode": "diameter", "sizeref": 1})  # `marker` holds diameters in pixels
 fig.update_layout(xaxis_title=None, yaxis_title=None, legend_title_text="dominant class")
 event = st.plotly_chart(fig, on_select="rerun", selection_mode="points", key=f"map_{method}", width="stretch")
 

@@ -5,9 +5,10 @@ import plotly.express as px
 import streamlit as st
 
 import vqlc_ui
-from vqlc_core import browse, sae_compare, tables
+from vqlc_core.methods.base import display_name
+from vqlc_core.views import browse, charts
+from vqlc_core.evaluate import sae_compare, tables
 
-ORDER = ("kmeans", "lacoat", "vqlc")
 run, _ = vqlc_ui.sidebar(need=("classifier", "evaluate"), choose_method=False)
 st.title("Compare concept methods")
 text = vqlc_ui.text_input(height=80)
@@ -19,10 +20,10 @@ with vqlc_ui.guard():
     ex = vqlc_ui.explain(rd, sp, text)
 st.markdown(f"Prediction **{ex['prediction']}** (confidence {ex['confidence']:.3f})")
 
-methods = [m for m in ORDER if m in run.methods_built()]
+methods = run.methods_built()  # in registry order
 for col, m in zip(st.columns(len(methods)), methods):
     with col:
-        st.subheader(m)
+        st.subheader(display_name(m))
         cs = vqlc_ui.concepts(rd, sp, m)
         ids = ex["methods"][m]["word_concepts"]
         st.markdown(browse.colored_sentence_html(text, ex["words"], ids, browse.word_labels(ex, m, cs.label)),
@@ -37,15 +38,8 @@ st.caption("Each row ablates centred concept directions at layer l on every test
            "method's 'random concept' row are what a concept must beat.")
 faith, measures = vqlc_ui.evaluation(rd, sp)
 st.dataframe(faith, hide_index=True)
-if {"conf_drop_low", "conf_drop_high"} <= set(faith.columns):
-    faith = faith.assign(err_plus=faith["conf_drop_high"] - faith["mean_conf_drop"],
-                         err_minus=faith["mean_conf_drop"] - faith["conf_drop_low"])
-st.plotly_chart(px.bar(faith, x="target", y="mean_conf_drop", color="method", barmode="group", height=340,
-                       error_y="err_plus" if "err_plus" in faith else None,
-                       error_y_minus="err_minus" if "err_minus" in faith else None,
-                       hover_data=[c for c in ("flip_rate", "mean_energy", "n") if c in faith],
-                       labels={"mean_conf_drop": "mean confidence drop"}),
-                width="stretch", key="faith_chart")
+st.plotly_chart(px.bar(**charts.faithfulness_chart(faith), barmode="group", height=340), width="stretch",
+                key="faith_chart")
 st.subheader("Against energy-matched controls")
 st.caption("Each target's drop minus its control's on the same sentences and seeds, where the control is the other "
            "concept(s) of the same method, or random direction(s) drawn from the train states' distribution, whose "

@@ -7,7 +7,9 @@ from functools import partial
 import streamlit as st
 
 import vqlc_ui
-from vqlc_core import browse, export_html
+from vqlc_core.views import browse, export_html
+from vqlc_core.data.corpus import concepts_with_word
+from vqlc_core.methods.concepts import is_prediction_concept, prediction_examples
 
 PER_PAGE = 24
 run, method = vqlc_ui.sidebar()
@@ -24,7 +26,7 @@ cs = vqlc_ui.concepts(rd, sp, method)
 ids = [int(k) for k in cs.summary.loc[cs.summary["size"] > 0, "concept"]]
 
 if query.strip():
-    hits = browse.concepts_with_word(vqlc_ui.tokens(rd, sp), cs.assignments, query)
+    hits = concepts_with_word(vqlc_ui.tokens(rd, sp), cs.assignments, query)
     st.caption(f"{len(hits)} concept(s) hold '{html.escape(query.strip())}'.")
     ids = [int(k) for k in hits["concept"]]
 
@@ -45,8 +47,8 @@ for i, k in enumerate(shown):
     with cols[i % 4].container(border=True):
         st.markdown(f"**{vqlc_ui.plain(cs.label(k))}**  \n{int(row['size'])} members, purity {row['purity']:.2f} "
                     f"({vqlc_ui.plain(str(row['dominant_class']))})")
-        if browse.is_prediction_concept(row):
-            for t in browse.prediction_examples(vqlc_ui.texts(rd, sp), row, n=3):
+        if is_prediction_concept(row):
+            for t in prediction_examples(vqlc_ui.texts(rd, sp), row, n=3):
                 st.caption(vqlc_ui.plain(t))
         else:
             vqlc_ui.concept_picture(run, method, k)

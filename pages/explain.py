@@ -8,7 +8,7 @@ import html
 import streamlit as st
 
 import vqlc_ui
-from vqlc_core import browse
+from vqlc_core.views import browse
 
 run, method = vqlc_ui.sidebar(need=("classifier",))
 st.title("Explain a prediction")

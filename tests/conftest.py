@@ -46,8 +46,8 @@ def _seed():
 
 @pytest.fixture(scope="session")
 def minilm():
-    from vqlc_core.backbone import Backbone
-    from vqlc_core.models import resolve_model
+    from vqlc_core.data.backbone import Backbone
+    from vqlc_core.data.models import resolve_model
 
     return Backbone.from_source(resolve_model("minilm", cache_dir=CACHE), max_length=128)
 
@@ -55,7 +55,7 @@ def minilm():
 @pytest.fixture(scope="session")
 def mr_texts() -> pd.DataFrame:
     """300 real MR sentences with labels and a seeded split (text_id, text, label, split)."""
-    from vqlc_core.datasets import load_dataset, split_dataset
+    from vqlc_core.data.datasets import load_dataset, split_dataset
 
     ds = load_dataset("mr", cache_dir=CACHE, limit=300, seed=0)
     split = split_dataset(ds.labels, seed=0)
@@ -66,9 +66,9 @@ def mr_texts() -> pd.DataFrame:
 def apptest_run():
     """The small real run (MiniLM, 300 MR sentences, K = 20) in cache/runs/apptest that the
     dashboard tests read; built on first use (about two minutes), then reused."""
-    from vqlc_core.config import preset
-    from vqlc_core.pipeline import build
-    from vqlc_core.run import Run, is_built
+    from vqlc_core.build.config import preset
+    from vqlc_core.build.pipeline import build
+    from vqlc_core.build.run import Run, is_built
 
     cfg = preset("default", run="apptest", limit=300, n_concepts=20, faithfulness_texts=20, cache_dir=CACHE)
     if not (cfg.run_dir / "manifest.json").exists() or not is_built(cfg.run_dir):

@@ -12,8 +12,8 @@ import torch
 
 
 from vqlc_core import distributed  # noqa: E402
-from vqlc_core.store import ArrayStore  # noqa: E402
-from vqlc_core.vqlc import VQLC  # noqa: E402
+from vqlc_core.data.store import ArrayStore  # noqa: E402
+from vqlc_core.methods.vqlc import VQLC  # noqa: E402
 
 # 1201 rows in batches of 100: the last global batch has one row, so rank 1's slice is empty.
 # 24 codes for 6 clusters with a fast EMA: codes die and are replaced during the fit.

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from vqlc_core.ablation import ablate, ablated_proba, from_layer, orthonormal_basis, project_out
-from vqlc_core.backbone import Backbone, capture
+from vqlc_core.explain.ablation import ablate, ablated_proba, from_layer, orthonormal_basis, project_out
+from vqlc_core.data.backbone import Backbone, capture
 
 LAYER = 3
 TEXTS = ["the film is a charming and often affecting journey .",
@@ -121,7 +121,7 @@ def test_from_layer_continues_exactly_like_the_hook(backbone, enc):
 def test_ablated_proba_gives_new_class_probabilities(backbone):
     from torch import nn
 
-    from vqlc_core.classifier import Classifier
+    from vqlc_core.data.classifier import Classifier
 
     torch.manual_seed(0)
     clf = Classifier(backbone, ["negative", "positive"], nn.Linear(384, 2).requires_grad_(False))

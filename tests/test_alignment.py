@@ -16,11 +16,11 @@ import pytest
 from tokenizers import Regex, pre_tokenizers
 
 from tests.conftest import CACHE
-from vqlc_core.alignment import (MAX_RATIO, MIN_RATIO, Aligner, alignment_ratio, check_alignment, reference_words,
+from vqlc_core.data.alignment import (MAX_RATIO, MIN_RATIO, Aligner, alignment_ratio, check_alignment, reference_words,
                                  tokenizer_family)
-from vqlc_core.backbone import Backbone
-from vqlc_core.datasets import pip_download
-from vqlc_core.runio import RunError
+from vqlc_core.data.backbone import Backbone
+from vqlc_core.data.downloads import pip_download
+from vqlc_core.base.runio import RunError
 
 MISTRAL_COMMON = "mistral-common==1.13.1"  # Apache-2.0; 6.6 MB wheel holding Mistral's tokenizer files
 SENTENCE = "The film's pacing isn't great, but the café scenes cost $3.5 million."
@@ -98,7 +98,7 @@ def smollm2():
     """SmolLM2-135M's byte-level BPE tokenizer, built from its Q4_1 GGUF file."""
     from transformers import AutoTokenizer
 
-    from vqlc_core.models import smollm2_gguf
+    from vqlc_core.data.gguf_files import smollm2_gguf
 
     path = smollm2_gguf(CACHE)
     return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)

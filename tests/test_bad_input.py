@@ -17,8 +17,8 @@ from streamlit.testing.v1 import AppTest
 
 from tests.conftest import CACHE, ROOT
 from tests.runcopy import APPTEST_ARGS, sealed_copy
-from vqlc_core.inputs import CONTROL
-from vqlc_core.runio import RunError
+from vqlc_core.data.inputs import CONTROL
+from vqlc_core.base.runio import RunError
 
 TIMEOUT = 120  # s: every case, however bad, is answered well within this
 
@@ -63,7 +63,7 @@ def one_sentence(msg: str) -> None:
 
 @pytest.fixture(scope="module")
 def explainer(apptest_run):
-    from vqlc_core.explain import Explainer
+    from vqlc_core.explain.explainer import Explainer
 
     run = apptest_run
     methods = {m: (run.method(m), run.concept_set(m)) for m in run.methods_built()}
@@ -121,7 +121,7 @@ def test_explaining_what_is_not_a_string_is_one_sentence(explainer, value, phras
     ("x\ud800\x00", "x\ufffd ", "lone surrogates) were replaced by \ufffd. 1 control character(s)"),
 ])
 def test_typed_text_is_cleaned_to_the_same_length_with_a_notice(text, cleaned, notice):
-    from vqlc_core.inputs import clean_input
+    from vqlc_core.data.inputs import clean_input
 
     got, note = clean_input(text)
     assert got == cleaned and len(got) == len(text)
@@ -163,7 +163,7 @@ def data(tmp_path):
     ("data.pkl", "not really a pickle", "not a .csv"),
 ])
 def test_a_bad_dataset_file_is_one_sentence(data, name, body, phrase):
-    from vqlc_core.datasets import load_dataset
+    from vqlc_core.data.datasets import load_dataset
 
     with pytest.raises(RunError) as e:
         _in_time(load_dataset, str(data(name, body)))
@@ -172,7 +172,7 @@ def test_a_bad_dataset_file_is_one_sentence(data, name, body, phrase):
 
 
 def test_a_dataset_name_that_is_nothing_is_one_sentence():
-    from vqlc_core.datasets import load_dataset
+    from vqlc_core.data.datasets import load_dataset
 
     with pytest.raises(RunError, match="Unknown dataset"):
         load_dataset("no-such-dataset")
@@ -197,7 +197,7 @@ def _cfg(run, **kw):
     ({"methods": ("vqlc", "pca")}, "Unknown method"),
 ])
 def test_building_with_a_bad_config_is_one_sentence(run_copy, kw, phrase):
-    from vqlc_core.pipeline import build
+    from vqlc_core.build.pipeline import build
 
     rebuild = kw.pop("rebuild", None)
     with pytest.raises(RunError) as e:
@@ -207,8 +207,8 @@ def test_building_with_a_bad_config_is_one_sentence(run_copy, kw, phrase):
 
 
 def test_a_refused_rebuild_invalidates_nothing(run_copy):
-    from vqlc_core.pipeline import build
-    from vqlc_core.run import Run
+    from vqlc_core.build.pipeline import build
+    from vqlc_core.build.run import Run
 
     before = json.loads((run_copy.dir / "manifest.json").read_text())["stages"]
     with pytest.raises(RunError, match="has stage 'vqlc' built with --beta 0.25, not 0.5; pass --rebuild vqlc"):
@@ -337,7 +337,7 @@ def test_a_run_name_that_is_not_one_plain_folder_is_refused_before_anything_is_w
 
 def _finetune_none() -> list[str]:
     """`--finetune none` where builds have a fine-tuning stage: these tests need no trained model."""
-    from vqlc_core.config import SECTIONS
+    from vqlc_core.build.config import SECTIONS
 
     return ["--finetune", "none"] if "finetune" in SECTIONS else []
 
@@ -362,7 +362,7 @@ FIRST_TRIES = [
 @pytest.mark.parametrize("first, phrase, then", FIRST_TRIES, ids=["wrong text column", "wrong label column",
                                                                   "missing dataset file"])
 def test_a_failed_first_build_does_not_lock_its_name(tmp_path, first, phrase, then):
-    from vqlc_core.run import Run
+    from vqlc_core.build.run import Run
 
     cache = _scratch_cache(tmp_path)
     (tmp_path / "s.csv").write_text(REVIEWS_CSV)
@@ -421,7 +421,7 @@ def test_rebuilding_a_stage_from_the_command_line_keeps_the_runs_own_settings(ap
     r = run_cli("build", "--run", "copy", "--cache-dir", str(cache), "--rebuild", "maps")
     assert r.returncode == 0, r.stderr
     assert (copy.dir / "methods" / "vqlc" / "map.parquet").stat().st_mtime_ns != stamp  # drawn again
-    from vqlc_core.run import Run
+    from vqlc_core.build.run import Run
 
     again = Run(copy.dir)
     assert again.is_built() and again.cfg.flat()["n_concepts"] == 20 and again.cfg.flat()["limit"] == 300

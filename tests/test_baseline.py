@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vqlc_core.baseline import class_means
+from vqlc_core.explain.baseline import class_means
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def test_the_neutral_baseline_predicts_close_to_uniform_on_the_apptest_run(appte
 
 
 def test_the_baseline_lies_on_the_line_through_the_class_means(apptest_run):
-    from vqlc_core.runio import read_npy
+    from vqlc_core.base.runio import read_npy
 
     base = read_npy(apptest_run.dir / "classifier" / "ig_baseline.npy").astype(np.float64)
     means = class_means(apptest_run.store).astype(np.float64)  # (2, d)

@@ -13,7 +13,9 @@ import pytest
 from matplotlib.colors import is_color_like, to_rgb
 
 from tests.conftest import ROOT
-from vqlc_core import browse
+from vqlc_core.views import browse
+from vqlc_core.data.corpus import concepts_with_word, member_contexts, word_spans
+from vqlc_core.methods.concepts import word_share
 
 
 def tokens_of(texts: list[list[str]]) -> pd.DataFrame:
@@ -35,7 +37,7 @@ def test_neighbouring_concepts_get_clearly_different_colours():
 
 
 def test_a_concept_keeps_its_colour_in_another_process():
-    code = "from vqlc_core.browse import concept_color; print(*map(concept_color, range(20)))"
+    code = "from vqlc_core.views.browse import concept_color; print(*map(concept_color, range(20)))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
                          env={"PYTHONHASHSEED": "12345", "PATH": ""})
     assert out.stdout.split() == [browse.concept_color(k) for k in range(20)], out.stderr
@@ -43,7 +45,7 @@ def test_a_concept_keeps_its_colour_in_another_process():
 
 def test_word_spans_find_each_occurrence_of_a_repeated_word_in_order():
     text = "a bad , a good film"
-    spans = browse.word_spans(text, ["a", "bad", ",", "a", "good", "film"])
+    spans = word_spans(text, ["a", "bad", ",", "a", "good", "film"])
     assert [text[s:e] for s, e in spans] == ["a", "bad", ",", "a", "good", "film"]
     assert spans[3] == (8, 9)  # the second "a", not the "a" inside "bad"
 
@@ -53,7 +55,7 @@ def test_member_contexts_locate_the_member_word_in_its_sentence():
     tokens = tokens_of([["the", "cat", "saw", "the", "dog"], ["the", "end"]])
     assignments = np.zeros(len(tokens), dtype=np.int64)
     assignments[3] = 1  # the second "the" of text 0
-    ctx = browse.member_contexts(texts, tokens, assignments, 1)
+    ctx = member_contexts(texts, tokens, assignments, 1)
     assert len(ctx) == 1 and (ctx.start[0], ctx.end[0]) == (12, 15)
     assert browse.highlight_html(ctx.text[0], 12, 15) == "the cat saw <mark><b>the</b></mark> dog"
 
@@ -61,9 +63,9 @@ def test_member_contexts_locate_the_member_word_in_its_sentence():
 def test_concepts_with_word_counts_members_case_insensitively():
     tokens = tokens_of([["Good", "film"], ["good", "good"]])
     assignments = np.array([2, 0, 2, 1, 0, 0])
-    hits = browse.concepts_with_word(tokens, assignments, " GOOD ")
+    hits = concepts_with_word(tokens, assignments, " GOOD ")
     assert hits.to_dict("list") == {"concept": [2, 1], "count": [2, 1]}
-    assert browse.concepts_with_word(tokens, assignments, "").empty
+    assert concepts_with_word(tokens, assignments, "").empty
 
 
 # A hand-made store for prediction concepts: (text_id, split, word_index, word, kind, concept, vector).
@@ -87,8 +89,8 @@ PREDICTION_TEXTS = pd.DataFrame({"text_id": range(7), "text": ["a good film", "s
 
 @pytest.fixture
 def prediction_store():
-    from vqlc_core.concepts import ConceptSet, summarize
-    from vqlc_core.store import ArrayStore
+    from vqlc_core.methods.concepts import ConceptSet, summarize
+    from vqlc_core.data.store import ArrayStore
 
     t, split, wi, word, kind, concept, x = map(list, zip(*PREDICTION_ROWS))
     tokens = pd.DataFrame({"text_id": t, "split": split, "word_index": wi, "word": word, "kind": kind, "label": 0})
@@ -119,8 +121,8 @@ def test_the_word_share_counts_the_train_members_only(prediction_store):
     tokens, store, cs = prediction_store
     shares = [browse.nearest_prediction_members(PREDICTION_TEXTS, tokens, store, cs, k)["word_share"] for k in (0, 1)]
     assert shares == pytest.approx([1 / 4, 7 / 8])  # "good" and 3 predictions; 7 words and 1 prediction
-    assert browse.word_share({"size": 19031, "n_pred": 571}) == pytest.approx(0.97, abs=1e-3)
-    assert np.isnan(browse.word_share({"size": 0, "n_pred": 0}))
+    assert word_share({"size": 19031, "n_pred": 571}) == pytest.approx(0.97, abs=1e-3)
+    assert np.isnan(word_share({"size": 0, "n_pred": 0}))
     assert [browse.percent(x) for x in (686 / 689, 0.29, 1.0, 0.0)] == ["99%", "29%", "100%", "0%"]  # never "all" early
 
 
@@ -194,8 +196,8 @@ def test_cost_table_of_no_methods_is_empty_with_its_columns():
 
 def test_the_build_stores_the_example_explanation_that_the_explainer_gives_live(apptest_run, tmp_path):
     from tests.runcopy import sealed_copy
-    from vqlc_core.stages import stage_maps
-    from vqlc_core.wordclouds import cloud_path
+    from vqlc_core.build.stages import stage_maps
+    from vqlc_core.views.wordclouds import cloud_path
 
     run = sealed_copy(apptest_run.dir, tmp_path)
     stage_maps(run, "maps")

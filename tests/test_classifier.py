@@ -10,8 +10,8 @@ from tests.conftest import CACHE
 
 @pytest.mark.slow
 def test_the_minilm_classifier_scores_at_least_070_on_mr_test(minilm):
-    from vqlc_core.classifier import Classifier, pooled_features
-    from vqlc_core.datasets import load_dataset, split_dataset
+    from vqlc_core.data.classifier import Classifier, pooled_features
+    from vqlc_core.data.datasets import load_dataset, split_dataset
 
     ds = load_dataset("mr", cache_dir=CACHE)
     split = split_dataset(ds.labels, seed=0)
@@ -27,8 +27,8 @@ def test_the_minilm_classifier_scores_at_least_070_on_mr_test(minilm):
 
 
 def test_the_concept_mapper_beats_chance_on_real_states(minilm, mr_texts, tmp_path):
-    from vqlc_core.extract import ExtractConfig, build_store
-    from vqlc_core.lacoat import LACOAT
+    from vqlc_core.data.extract import ExtractConfig, build_store
+    from vqlc_core.methods.lacoat import LACOAT
 
     store = build_store(minilm, mr_texts, ExtractConfig(layer=5), tmp_path / "s", progress=False)
     k = 20

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from tests.conftest import run_cli
-from vqlc_core.cli import parser
+from vqlc_core.build.cli import parser
 
 
 @pytest.fixture

@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 import torch
 
-from vqlc_core.ablation import orthonormal_basis, project_out
-from vqlc_core.concepts import ConceptSet, summarize
-from vqlc_core.runio import RunError
-from vqlc_core.store import ArrayStore
+from vqlc_core.explain.ablation import orthonormal_basis, project_out
+from vqlc_core.methods.concepts import ConceptSet, summarize
+from vqlc_core.base.runio import RunError
+from vqlc_core.data.store import ArrayStore
 
 CLASSES = ["negative", "positive"]
 # (text_id, word_index, word, kind, label, concept); text 0 is positive, texts 1 and 2 negative

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from vqlc_core.config import PRESETS, BuildConfig, flag_of, preset
-from vqlc_core.runio import RunError
+from vqlc_core.build.config import PRESETS, BuildConfig, flag_of, preset
+from vqlc_core.base.runio import RunError
 
 
 def test_a_config_survives_a_json_round_trip_through_the_manifest():

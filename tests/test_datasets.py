@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from vqlc_core.datasets import SourceError, load_dataset, split_dataset
+from vqlc_core.base.runio import SourceError
+from vqlc_core.data.datasets import load_dataset, split_dataset
 
 CACHE = Path(__file__).resolve().parents[1] / "cache"  # the project's git-ignored cache: downloads happen once
 

@@ -14,8 +14,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def smol():
-    from vqlc_core.backbone import Backbone
-    from vqlc_core.models import resolve_model
+    from vqlc_core.data.backbone import Backbone
+    from vqlc_core.data.models import resolve_model
 
     return Backbone.from_source(resolve_model("smollm2-135m", cache_dir=CACHE), max_length=64)
 
@@ -30,7 +30,7 @@ def test_words_line_up_with_the_words_of_the_text(smol):
 
 
 def test_bos_is_never_a_word_row(smol, mr_texts, tmp_path):
-    from vqlc_core.extract import ExtractConfig, build_store
+    from vqlc_core.data.extract import ExtractConfig, build_store
 
     enc, words = smol.tokenize(["hello there", "a"])
     assert smol.add_bos and (enc["input_ids"][:, 0] == smol.tokenizer.bos_token_id).all()
@@ -59,11 +59,11 @@ def test_last_token_pooling_reads_the_last_real_token_despite_padding(smol):
 @pytest.fixture(scope="module")
 def smol_explainer(smol, mr_texts, tmp_path_factory):
     """A classifier head and K-Means concepts on 80 real MR sentences through SmolLM2."""
-    from vqlc_core.classifier import Classifier, pooled_features
-    from vqlc_core.concepts import ConceptSet
-    from vqlc_core.explain import Explainer
-    from vqlc_core.extract import ExtractConfig, build_store
-    from vqlc_core.kmeans import KMeansConcepts
+    from vqlc_core.data.classifier import Classifier, pooled_features
+    from vqlc_core.methods.concepts import ConceptSet
+    from vqlc_core.explain.explainer import Explainer
+    from vqlc_core.data.extract import ExtractConfig, build_store
+    from vqlc_core.methods.kmeans import KMeansConcepts
 
     part = mr_texts.groupby("label").head(40).reset_index(drop=True)
     part["text_id"] = range(len(part))
@@ -77,8 +77,8 @@ def smol_explainer(smol, mr_texts, tmp_path_factory):
 
 
 def test_ablation_through_a_llama_layer_leaves_layer_states_orthogonal(smol, smol_explainer):
-    from vqlc_core.ablation import ablate
-    from vqlc_core.backbone import capture
+    from vqlc_core.explain.ablation import ablate
+    from vqlc_core.data.backbone import capture
 
     cs = smol_explainer.methods["kmeans"][1]
     dirs = cs.vectors[[0, 3]]

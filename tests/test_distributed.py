@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import CACHE, ROOT
-from vqlc_core.runio import read_safetensors
-from vqlc_core.store import ActivationStore
+from vqlc_core.base.runio import read_safetensors
+from vqlc_core.data.store import ActivationStore
 
 pytestmark = pytest.mark.slow
 

@@ -9,16 +9,16 @@ import pandas as pd
 import pytest
 import torch
 
-from vqlc_core.ablation import ablated_proba, from_layer, orthonormal_basis, project_out
-from vqlc_core.backbone import Backbone
-from vqlc_core.classifier import Classifier, pooled_features
-from vqlc_core.concepts import ConceptSet
-from vqlc_core.explain import (Explainer, concept_proba, eligible_words, layer_attributions, salient_indices,
-                                word_scores)
-from vqlc_core.extract import ExtractConfig, extract_texts
-from vqlc_core.kmeans import KMeansConcepts
-from vqlc_core.methods import softmax_neg_distances
-from vqlc_core.store import ArrayStore
+from vqlc_core.explain.ablation import ablated_proba, from_layer, orthonormal_basis, project_out
+from vqlc_core.data.backbone import Backbone
+from vqlc_core.data.classifier import Classifier, pooled_features
+from vqlc_core.methods.concepts import ConceptSet
+from vqlc_core.explain.attribution import eligible_words, layer_attributions, salient_indices, word_scores
+from vqlc_core.explain.explainer import Explainer, concept_proba
+from vqlc_core.data.extract import ExtractConfig, extract_texts
+from vqlc_core.methods.kmeans import KMeansConcepts
+from vqlc_core.methods.base import softmax_neg_distances
+from vqlc_core.data.store import ArrayStore
 
 LAYER = 5
 K = 16
@@ -195,7 +195,7 @@ def test_salient_indices_stop_at_half_the_mass():
 
 
 def test_word_scores_give_words_that_are_not_eligible_nothing():
-    from vqlc_core.alignment import WordSpan
+    from vqlc_core.data.alignment import WordSpan
 
     words = [WordSpan(w, 0, 1, [i]) for i, w in enumerate(["good", ",", "film"])]
     scores = word_scores(torch.tensor([1.0, -3.0, 1.0]), words, np.array([True, False, True]))
@@ -280,7 +280,7 @@ def test_the_pooled_position_is_never_salient_on_a_decoder(mr_texts):
     """SmolLM2 pools its last token: that token carries the whole prediction representation and
     tops the raw attribution, so without the rule the last word would be salient in every text."""
     from tests.conftest import CACHE
-    from vqlc_core.models import resolve_model
+    from vqlc_core.data.models import resolve_model
 
     smol = Backbone.from_source(resolve_model("smollm2-135m", cache_dir=CACHE), max_length=64)
     assert smol.pooling == "last"

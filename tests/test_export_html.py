@@ -1,4 +1,4 @@
-"""The standalone HTML export of a run's concepts (vqlc_core/export_html.py, `vqlc export-html`) on
+"""The standalone HTML export of a run's concepts (vqlc_core/views/export_html.py, `vqlc export-html`) on
 the real apptest run: one file that asks for nothing outside itself, every concept with its cloud,
 words, contexts and class distribution, the faithfulness table, text from the run escaped, and
 one-sentence errors. tests/test_browser_share.py opens it in chromium with the network blocked."""
@@ -12,8 +12,10 @@ import pytest
 
 from tests.conftest import CACHE, run_cli
 from tests.runcopy import linked_copy
-from vqlc_core import browse, export_html
-from vqlc_core.runio import RunError, read_parquet, write_parquet
+from vqlc_core.views import export_html
+from vqlc_core.base.runio import RunError, read_parquet, write_parquet
+from vqlc_core.data.corpus import member_contexts
+from vqlc_core.methods.concepts import is_prediction_concept
 
 EVIL = " <script>alert(1)</script>"
 
@@ -28,9 +30,9 @@ def evil_copy(apptest_run, cache):
     returns (run, concept)."""
     run = linked_copy(apptest_run.dir, cache)
     cs, texts = run.concept_set("vqlc"), run.texts
-    k = next(k for k in range(cs.n_concepts) if cs.sizes[k] and not browse.is_prediction_concept(cs.summary.loc[k]))
-    tid = browse.member_contexts(texts, run.store.tokens, cs.assignments, k, n=export_html.N_CONTEXTS,
-                                 seed=run.cfg.seed)["text_id"].iloc[0]
+    k = next(k for k in cs.used_ids() if not is_prediction_concept(cs.summary.loc[k]))
+    tid = member_contexts(texts, run.store.tokens, cs.assignments, k, n=export_html.N_CONTEXTS,
+                          seed=run.cfg.seed)["text_id"].iloc[0]
     texts.loc[texts["text_id"] == tid, "text"] += EVIL
     (run.dir / "texts.parquet").unlink()  # the link to apptest's file, not the file
     write_parquet(run.dir / "texts.parquet", texts)
@@ -48,10 +50,10 @@ def test_the_export_asks_for_nothing_outside_the_file(page):
 
 def test_every_concept_is_in_the_grid_with_its_section_cloud_words_and_contexts(apptest_run, page):
     cs = apptest_run.concept_set("vqlc")
-    ids = [k for k in range(cs.n_concepts) if cs.sizes[k]]
+    ids = cs.used_ids()
     assert re.findall(r'<a class=card href="#c(\d+)">', page) == [str(k) for k in ids]
     assert re.findall(r'<section class=concept id="c(\d+)">', page) == [str(k) for k in ids]
-    words = [k for k in ids if not browse.is_prediction_concept(cs.summary.loc[k])]
+    words = [k for k in ids if not is_prediction_concept(cs.summary.loc[k])]
     assert sorted(int(k) for k in re.findall(r"\.w(\d+)\{background-image", page)) == words
     for k in ids:
         section = page.split(f'id="c{k}">', 1)[1].split("</section>", 1)[0]

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from vqlc_core.extract import ExtractConfig, build_store
-from vqlc_core.store import ActivationStore
+from vqlc_core.data.extract import ExtractConfig, build_store
+from vqlc_core.data.store import ActivationStore
 
 LAYER = 4
 
@@ -97,7 +97,7 @@ def test_reader_respects_a_row_subset_and_differs_between_seeds(store):
 def test_opening_a_store_with_a_truncated_shard_says_which(store, tmp_path):
     import shutil
 
-    from vqlc_core.runio import RunError
+    from vqlc_core.base.runio import RunError
 
     copy = tmp_path / "copy"
     shutil.copytree(store.path, copy)

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from tests.test_explain import explainer, setup  # noqa: F401 (module fixtures)
-from vqlc_core.faithfulness import (COLUMNS, CONTROL, CONTROLS, MATCHED, PREDICTION, SALIENT, TARGETS, faithfulness,
-                                    match_energy, matched_differences, paired_differences, removed_energy,
-                                    span_energy, summarize_faithfulness)
+from vqlc_core.evaluate.controls import match_energy, removed_energy, span_energy
+from vqlc_core.evaluate.faithfulness import (COLUMNS, CONTROL, CONTROLS, MATCHED, PREDICTION, SALIENT, TARGETS, faithfulness,
+                                             matched_differences, paired_differences, summarize_faithfulness)
 
 N_TEXTS = 24
 
@@ -42,7 +42,7 @@ def test_every_method_target_and_sentence_is_one_row(rows, setup):
 
 
 def test_the_attributions_completeness_error_is_reported_per_sentence_and_summarised(rows, explainer):
-    from vqlc_core.evaluate import completeness_summary
+    from vqlc_core.evaluate.evaluation import completeness_summary
 
     errors = rows.attrs["ig_completeness"]
     assert len(errors) == N_TEXTS and all(np.isfinite(errors))
@@ -131,7 +131,7 @@ def test_the_energy_matched_controls_remove_energy_close_to_their_targets(explai
     """On the real MiniLM: the matched other concept and the matched N(0, Σ) direction remove,
     sentence by sentence, energy close to the prediction concept's, far closer than the random
     other concept does; a matched salient span has as many directions as the target's."""
-    from vqlc_core.evaluate import train_covariance
+    from vqlc_core.evaluate.evaluation import train_covariance
 
     cov = train_covariance(setup["store"])  # the fixture's store of real MiniLM rows
     rows = faithfulness(explainer, texts, seed=0, progress=False, batch_size=8, cov=cov)
@@ -181,7 +181,7 @@ def test_a_target_is_measured_against_its_matched_control_sentence_by_sentence()
 
 
 def test_the_faithfulness_sentences_are_a_seeded_sample_of_the_test_split_when_fewer_are_asked():
-    from vqlc_core.evaluate import faithfulness_sentences
+    from vqlc_core.evaluate.evaluation import faithfulness_sentences
 
     texts = pd.DataFrame({"text": [f"t{i}" for i in range(100)], "split": ["train"] * 20 + ["test"] * 80,
                           "label": [1] * 60 + [0] * 40})  # one class listed first, as MR does

@@ -11,13 +11,16 @@ import torch
 from safetensors.torch import save_file
 
 from conftest import CACHE
-from vqlc_core.backbone import Backbone
-from vqlc_core.classifier import Classifier
-from vqlc_core.finetune import FinetuneConfig, bucketed_batches, cli_flag, finetune, load_finetuned, plain_state
-from vqlc_core.models import resolve_model
-from vqlc_core.runio import RunError
+from vqlc_core.data.backbone import Backbone
+from vqlc_core.data.classifier import Classifier
+from vqlc_core.base.options import flag
+from vqlc_core.base.runio import RunError
+from vqlc_core.data.finetune import FinetuneConfig, finetune, load_finetuned
+from vqlc_core.data.models import resolve_model
+from vqlc_core.data.tuning import bucketed_batches, plain_state
 
-CFG = dict(epochs=2, batch_size=16, seed=0)
+# The build's defaults but float32 (bf16 autocast is slow on CPUs without BF16) and no early stop.
+CFG = dict(finetune_epochs=2, finetune_batch_size=16, finetune_dtype="float32", finetune_patience=0)
 
 
 def subset(mr_texts: pd.DataFrame, **per_class: int) -> pd.DataFrame:
@@ -105,7 +108,7 @@ def test_a_run_killed_after_epoch_1_resumes_to_the_same_weights(uninterrupted, t
 
 @pytest.mark.slow
 def test_a_lora_run_in_bfloat16_killed_after_epoch_1_resumes_to_the_same_weights(texts, class_names, tmp_path):
-    cfg = FinetuneConfig(**CFG, mode="lora", dtype="bfloat16")
+    cfg = FinetuneConfig(**{**CFG, "finetune_dtype": "bfloat16"}, finetune="lora")
     whole = fresh_backbone()
     head, _ = finetune(whole, texts, class_names, cfg, tmp_path / "whole", progress=False)
     finetune(fresh_backbone(), texts, class_names, cfg, tmp_path / "killed", stop_after_epochs=1, progress=False)
@@ -116,16 +119,16 @@ def test_a_lora_run_in_bfloat16_killed_after_epoch_1_resumes_to_the_same_weights
 
 def test_a_checkpoint_from_other_settings_is_refused(texts, class_names, tmp_path):
     few = texts.groupby("label").head(10)
-    cfg = dict(epochs=2, batch_size=16, train_blocks=1)
+    cfg = dict(CFG, finetune_train_blocks=1)
     finetune(fresh_backbone(), few, class_names, FinetuneConfig(**cfg), tmp_path, stop_after_epochs=1, progress=False)
-    with pytest.raises(RunError, match="other config"):
-        finetune(fresh_backbone(), few, class_names, FinetuneConfig(**cfg, lr=1e-4), tmp_path, progress=False)
+    with pytest.raises(RunError, match=r"other settings \(config\); delete it or pass --rebuild finetune"):
+        finetune(fresh_backbone(), few, class_names, FinetuneConfig(**cfg, finetune_lr=1e-4), tmp_path, progress=False)
 
 
 def test_the_epoch_with_the_best_dev_accuracy_is_kept_the_probe_of_the_frozen_model_being_epoch_0(
         texts_with_dev, class_names, tmp_path):
     bb = fresh_backbone()
-    cfg = FinetuneConfig(**CFG, train_blocks=1, probe_init=True)
+    cfg = FinetuneConfig(**CFG, finetune_train_blocks=1, finetune_probe_init="on")
     head, info = finetune(bb, texts_with_dev, class_names, cfg, tmp_path, progress=False)
     assert [h["epoch"] for h in info["history"]] == [0, 1, 2]
     dev_accuracy = [h["dev_accuracy"] for h in info["history"]]
@@ -162,8 +165,8 @@ def test_weights_of_another_shape_are_refused_with_one_sentence(uninterrupted, t
 def test_lora_is_merged_into_a_plain_model_that_loads_like_any_other(texts, class_names, tmp_path):
     bb = fresh_backbone()
     keys = set(plain_state(bb.model))
-    head, info = finetune(bb, texts, class_names, FinetuneConfig(mode="lora", epochs=1, batch_size=16),
-                          tmp_path, progress=False)
+    cfg = FinetuneConfig(finetune="lora", finetune_epochs=1, finetune_batch_size=16)
+    head, info = finetune(bb, texts, class_names, cfg, tmp_path, progress=False)
     assert set(plain_state(bb.model)) == keys  # no adapter left behind
     assert info["trainable_parameters"] < sum(p.numel() for p in bb.model.parameters()) / 50  # adapters + head
     fresh = fresh_backbone()
@@ -184,18 +187,19 @@ def test_batches_cover_every_text_once_in_a_seeded_order():
     assert sorted(np.concatenate(a).tolist()) == list(range(100))
 
 
-@pytest.mark.parametrize("field, value", [("mode", "qlora"), ("epochs", 0), ("batch_size", -1), ("lr", 0.0),
-                                          ("lora_rank", 0), ("train_blocks", -2), ("dtype", "float16"),
-                                          ("patience", 1.5), ("probe_init", "yes")])
+@pytest.mark.parametrize("field, value", [("finetune", "qlora"), ("finetune_epochs", 0), ("finetune_batch_size", -1),
+                                          ("finetune_lr", 0.0), ("finetune_lora_rank", 0),
+                                          ("finetune_train_blocks", -2), ("finetune_dtype", "float16"),
+                                          ("finetune_patience", -1), ("finetune_probe_init", "yes")])
 def test_a_bad_config_value_is_a_run_error_naming_its_flag(field, value):
     with pytest.raises(RunError) as err:
         FinetuneConfig(**{field: value})
-    assert str(err.value).startswith(cli_flag(field) + " ") and str(err.value).count(". ") == 0
+    assert str(err.value).startswith(flag(FinetuneConfig, field) + " ") and str(err.value).count(". ") == 0
 
 
 def test_too_many_train_blocks_is_a_run_error(minilm, texts, class_names, tmp_path):
     with pytest.raises(RunError, match="--finetune-train-blocks is 9 but minilm has only 6 blocks"):
-        finetune(minilm, texts, class_names, FinetuneConfig(train_blocks=9), tmp_path, progress=False)
+        finetune(minilm, texts, class_names, FinetuneConfig(finetune_train_blocks=9), tmp_path, progress=False)
 
 
 def test_every_field_has_help_for_the_command_line():

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from tests.conftest import CACHE
-from vqlc_core.config import preset
-from vqlc_core.pipeline import build
-from vqlc_core.run import Run
-from vqlc_core.runio import RunError
+from vqlc_core.build.config import preset
+from vqlc_core.build.pipeline import build
+from vqlc_core.build.run import Run
+from vqlc_core.base.runio import RunError
 
 pytestmark = pytest.mark.slow
 
@@ -63,7 +63,7 @@ def test_a_reloaded_run_uses_the_finetuned_weights(apptest_run):
 
 
 def test_finetune_none_keeps_the_frozen_probe_on_the_same_features(frozen):
-    from vqlc_core.classifier import Classifier, pooled_features
+    from vqlc_core.data.classifier import Classifier, pooled_features
 
     run = frozen
     assert run.manifest.data["stages"]["finetune"]["mode"] == "none"

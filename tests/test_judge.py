@@ -22,11 +22,16 @@ import pytest
 
 from tests.conftest import CACHE, ROOT, run_cli
 from tests.runcopy import linked_copy
-from vqlc_core import judge, labels
-from vqlc_core.agreement import agreement, kendalls_w, method_table
-from vqlc_core.llm import ChatClient, Endpoint, Records, chat, extract_json, parse_endpoint, request_key
-from vqlc_core.localserver import free_port, local_endpoint, started, transformers_serve
-from vqlc_core.runio import RunError
+from vqlc_core.llm import contexts, detection, judge, judge_results, labelling, labels
+from vqlc_core.llm.agreement import agreement, kendalls_w, method_table
+from vqlc_core.llm.client import ChatClient, extract_json
+from vqlc_core.llm.endpoint import Endpoint, parse_endpoint, started
+from vqlc_core.llm.judge_items import JudgeItem, Shown, strata, stratified_sample
+from vqlc_core.llm.judge_prompts import parse_judgement
+from vqlc_core.llm.label_prompts import agree, parse_label
+from vqlc_core.llm.localserver import free_port, local_endpoint, transformers_serve
+from vqlc_core.llm.records import Records, chat, request_key
+from vqlc_core.base.runio import RunError
 
 METHODS = ["vqlc", "kmeans"]
 N = 4  # sentences judged: one per stratum
@@ -47,22 +52,21 @@ def test_the_first_json_object_is_cut_out_of_prose_and_fences():
 
 def test_a_judgement_parses_only_when_every_letter_has_a_rating_from_1_to_3():
     good = '{"A": {"rating": 3, "reason": "praise"}, "b": {"rating": "2"}, "C": {"rating": 1.0, "reason": null}}'
-    assert judge.parse_judgement(good, ["A", "B", "C"]) == {"A": (3, "praise"), "B": (2, ""), "C": (1, "")}
-    assert judge.parse_judgement('{"A": {"rating": "Good"}, "B": 1}', ["A", "B"]) == {"A": (3, ""), "B": (1, "")}
+    assert parse_judgement(good, ["A", "B", "C"]) == {"A": (3, "praise"), "B": (2, ""), "C": (1, "")}
+    assert parse_judgement('{"A": {"rating": "Good"}, "B": 1}', ["A", "B"]) == {"A": (3, ""), "B": (1, "")}
     for bad in (4, 0, 2.5, "very good", True, None):
         answer = json.dumps({"A": {"rating": 3, "reason": "x"}, "B": {"rating": bad, "reason": "y"}})
-        assert judge.parse_judgement(answer, ["A", "B"]) is None, bad
-    assert judge.parse_judgement('{"A": {"rating": 3}}', ["A", "B"]) is None  # a letter missing
+        assert parse_judgement(answer, ["A", "B"]) is None, bad
+    assert parse_judgement('{"A": {"rating": 3}}', ["A", "B"]) is None  # a letter missing
     truncated = '{"A": {"rating": 3, "reason": "praise"}, "B": {"rating": 2, "rea'
-    assert judge.parse_judgement(truncated, ["A", "B"]) is None  # B was cut off: A alone is no answer
+    assert parse_judgement(truncated, ["A", "B"]) is None  # B was cut off: A alone is no answer
     ran_on = '{"A": {"rating": 3, "reason": "praise"}, "B": {"rating": 2, "reason": "so so"}, "C": {"rating": 1, "r'
-    assert judge.parse_judgement(ran_on, ["A", "B"]) == {"A": (3, "praise"), "B": (2, "so so")}  # past the last letter
+    assert parse_judgement(ran_on, ["A", "B"]) == {"A": (3, "praise"), "B": (2, "so so")}  # past the last letter
 
 
 def test_unparseable_answers_are_counted_not_given_a_middle_rating():
-    items = [judge.JudgeItem(i, "t", "positive", "positive", 0.9, "TP",
-                             [judge.Shown("A", "vqlc", "prediction", 1, "words: a"),
-                              judge.Shown("B", "kmeans", "prediction", 2, "words: b")]) for i in range(3)]
+    shown = [Shown("A", "vqlc", "prediction", 1, "words: a"), Shown("B", "kmeans", "prediction", 2, "words: b")]
+    items = [JudgeItem(i, "t", "positive", "positive", 0.9, "TP", shown) for i in range(3)]
     answers = [type("A", (), {"content": c, "finish_reason": "stop"})() for c in
                ('{"A": {"rating": 3}, "B": {"rating": 1}}', "I think A is good", '{"A": {"rating": 9}, "B": 2}')]
     ratings = judge.ratings_frame("j", items, answers)
@@ -73,48 +77,47 @@ def test_unparseable_answers_are_counted_not_given_a_middle_rating():
 
 
 def test_labels_parse_tolerantly_and_a_name_is_kept_when_two_of_three_agree():
-    assert labels.parse_label('{"status": "No_Pattern", "name": "a very long name for it", "description": "d"}') == \
-        {"status": "no pattern", "name": "a very long name", "description": "d"}
-    assert labels.parse_label('{"status": "fuzzy", "name": "x"}') is None
-    assert labels.parse_label('{"status": "clear", "name": " "}') is None
+    long_name = '{"status": "No_Pattern", "name": "a very long name for it", "description": "d"}'
+    assert parse_label(long_name) == {"status": "no pattern", "name": "a very long name", "description": "d"}
+    assert parse_label('{"status": "fuzzy", "name": "x"}') is None
+    assert parse_label('{"status": "clear", "name": " "}') is None
     a = {"status": "clear", "name": "Movie  Words", "description": "first"}
     b = {"status": "mixed", "name": "movie words.", "description": "second"}
     c = {"status": "clear", "name": "verbs", "description": "third"}
-    assert labels.agree([a, None, b]) == {"status": "clear", "name": "Movie  Words", "description": "first",
-                                          "agreement": 2}
-    assert labels.agree([a, c, None])["name"] is None
-    assert labels.parse_yes_no("Yes, it does.") is True and labels.parse_yes_no("no") is False
-    assert labels.parse_yes_no("maybe") is None
+    assert agree([a, None, b]) == {"status": "clear", "name": "Movie  Words", "description": "first", "agreement": 2}
+    assert agree([a, c, None])["name"] is None
+    assert detection.parse_yes_no("Yes, it does.") is True and detection.parse_yes_no("no") is False
+    assert detection.parse_yes_no("maybe") is None
 
 
 def test_detection_is_scored_by_balanced_accuracy_over_the_answers_that_parsed():
-    score = labels.balanced_accuracy([True, True, False, None], [False, True])
+    score = detection.balanced_accuracy([True, True, False, None], [False, True])
     assert score["balanced_accuracy"] == pytest.approx((2 / 3 + 1 / 2) / 2)
     assert (score["members"], score["non_members"], score["unparseable"]) == (4, 2, 1)
-    assert labels.balanced_accuracy([None], [False])["balanced_accuracy"] is None
+    assert detection.balanced_accuracy([None], [False])["balanced_accuracy"] is None
     assert score["low"] <= score["balanced_accuracy"] <= score["high"]
-    perfect = labels.balanced_accuracy([True] * 5, [False] * 5)
+    perfect = detection.balanced_accuracy([True] * 5, [False] * 5)
     assert perfect["balanced_accuracy"] == perfect["low"] == perfect["high"] == 1.0  # no variation to resample
-    few, many = labels.balanced_accuracy([True, False] * 3, [False, True] * 3), \
-        labels.balanced_accuracy([True, False] * 300, [False, True] * 300)
+    few, many = detection.balanced_accuracy([True, False] * 3, [False, True] * 3), \
+        detection.balanced_accuracy([True, False] * 300, [False, True] * 300)
     assert few["balanced_accuracy"] == many["balanced_accuracy"] == 0.5
     assert few["high"] - few["low"] > 4 * (many["high"] - many["low"])  # 6 answers a side say little
-    assert labels.balanced_accuracy([True, False], [False], seed=3) == labels.balanced_accuracy([True, False], [False],
-                                                                                                  seed=3)
+    assert detection.balanced_accuracy([True, False], [False], seed=3) == \
+        detection.balanced_accuracy([True, False], [False], seed=3)
 
 
 # --- sampling and statistics ---------------------------------------------------------------
 
 def test_sentences_are_sampled_evenly_over_strata_and_reproducibly():
     stratum = np.array(["TP"] * 50 + ["TN"] * 40 + ["FP"] * 3 + ["FN"] * 7)
-    picked = judge.stratified_sample(stratum, 20, seed=0)
+    picked = stratified_sample(stratum, 20, seed=0)
     counts = pd.Series(stratum[picked]).value_counts().to_dict()
     assert counts == {"FN": 6, "TN": 6, "TP": 5, "FP": 3}  # FP runs out; the others share its part
-    assert np.array_equal(picked, judge.stratified_sample(stratum, 20, seed=0))
-    assert len(judge.stratified_sample(stratum, 500, seed=1)) == len(stratum)
-    assert judge.strata(np.array([1, 0, 0, 1]), np.array([1, 1, 0, 0]), ["neg", "pos"]).tolist() == \
+    assert np.array_equal(picked, stratified_sample(stratum, 20, seed=0))
+    assert len(stratified_sample(stratum, 500, seed=1)) == len(stratum)
+    assert strata(np.array([1, 0, 0, 1]), np.array([1, 1, 0, 0]), ["neg", "pos"]).tolist() == \
         ["TP", "FP", "TN", "FN"]
-    assert judge.strata(np.array([2, 0]), np.array([2, 1]), ["a", "b", "c"]).tolist() == ["c: correct", "a: wrong"]
+    assert strata(np.array([2, 0]), np.array([2, 1]), ["a", "b", "c"]).tolist() == ["c: correct", "a: wrong"]
 
 
 def _ratings(judge_name: str, values: list[float]) -> pd.DataFrame:
@@ -150,7 +153,7 @@ def _lettered(rate) -> pd.DataFrame:
 
 
 def test_a_judge_that_rates_by_letter_is_told_apart_from_one_that_reads_the_concepts():
-    from vqlc_core.agreement import position_effect
+    from vqlc_core.llm.agreement import position_effect
 
     by_letter = position_effect(_lettered(lambda m, letter: {"A": 3, "B": 1, "C": 2, "D": 1}[letter]))
     assert by_letter["eta_squared"] == pytest.approx(1.0)
@@ -322,7 +325,7 @@ def test_two_judges_are_compared_by_their_agreement(server, clean_judgement, app
     a = both["agreement"]
     assert a is not None and a["judges"] == [server.name, "twin"]
     assert {"pairwise", "kendalls_w", "krippendorff_alpha", "disagreement"} <= set(a)
-    assert "Kendall's W" in judge.judge_table(both)
+    assert "Kendall's W" in judge_results.judge_table(both)
 
 
 @pytest.mark.slow
@@ -356,7 +359,7 @@ def test_labels_are_written_kept_when_edited_and_not_asked_again(server, private
     run = private_run
     concepts = run.concept_set("vqlc")
     two = sorted(int(k) for k in np.argsort(-concepts.sizes, kind="stable")[:2])
-    res = labels.label_method(run, "vqlc", server, ids=two, n_contexts=5, n_held_out=1, max_tokens=48)
+    res = labelling.label_method(run, "vqlc", server, ids=two, n_contexts=5, n_held_out=1, max_tokens=48)
     named = [k for k in two if res["entries"][k]["name"]]
     assert res["sent"] == 3 * len(two) + 2 * len(named) and res["from_record"] == 0
     saved = labels.load_labels(run.dir, "vqlc")
@@ -368,7 +371,7 @@ def test_labels_are_written_kept_when_edited_and_not_asked_again(server, private
         assert labels.label_of(run.dir, "vqlc", k) == e["name"]
 
     labels.set_label(run.dir, "vqlc", two[0], "  my   own name ", "what I saw")
-    again = labels.label_method(run, "vqlc", server, ids=two, n_contexts=5, n_held_out=1, max_tokens=48)
+    again = labelling.label_method(run, "vqlc", server, ids=two, n_contexts=5, n_held_out=1, max_tokens=48)
     assert again["sent"] == 0 and again["edited_kept"] == [two[0]]
     kept = labels.load_labels(run.dir, "vqlc")[two[0]]
     assert kept["edited"] is True and kept["name"] == "my own name" and kept["detection"] is None
@@ -381,23 +384,23 @@ def test_a_label_is_scored_by_detection_on_held_out_contexts(server, private_run
     run = private_run
     concepts = run.concept_set("vqlc")
     k = int(np.argmax(concepts.sizes))
-    sample = labels.sample_rows(concepts.assignments, run.store.tokens, k, "word", 5, 1, seed=0)
+    sample = contexts.sample_rows(concepts.assignments, run.store.tokens, k, "word", 5, 1, seed=0)
     assert len(sample.members) == len(sample.others) == 1
     assert not set(sample.members) & set(sample.shown)  # held out: never shown to write the label
     assert (concepts.assignments[sample.others] != k).all()
     entries = {k: {"name": "common words", "description": "Frequent short words."}}
-    requests, where = labels.detection_requests(entries, {k: sample}, run.texts, run.store.tokens)
+    requests, where = detection.detection_requests(entries, {k: sample}, run.texts, run.store.tokens)
     assert where == [(k, True), (k, False)]
-    said = [labels.parse_yes_no(a.content) for a in ChatClient(server, Records(run.dir / "llm" / "records"))
+    said = [detection.parse_yes_no(a.content) for a in ChatClient(server, Records(run.dir / "llm" / "records"))
             .complete_many(requests)]
-    score = labels.detection_scores(where, said)[k]
+    score = detection.detection_scores(where, said)[k]
     assert (score["members"], score["non_members"]) == (1, 1)
     assert score["unparseable"] == sum(s is None for s in said)
     assert score["balanced_accuracy"] in (None, 0.0, 0.5, 1.0)
 
 
 @pytest.mark.slow
-def test_the_judges_page_shows_each_judge_its_ratings_with_reasons_and_the_labels(server, clean_judgement,
+def test_the_judges_and_labels_pages_show_each_judge_its_ratings_with_reasons_and_the_labels(server, clean_judgement,
                                                                                  apptest_run, tmp_path, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
@@ -405,7 +408,7 @@ def test_the_judges_page_shows_each_judge_its_ratings_with_reasons_and_the_label
     run = linked_copy(apptest_run.dir, tmp_path / "cache")
     shutil.copytree(judged.dir / "llm", run.dir / "llm")
     k = int(np.argmax(run.concept_set("vqlc").sizes))
-    labels.label_method(run, "vqlc", server, ids=[k], n_contexts=5, n_held_out=1, max_tokens=48)
+    labelling.label_method(run, "vqlc", server, ids=[k], n_contexts=5, n_held_out=1, max_tokens=48)
     entry = labels.load_labels(run.dir, "vqlc")[k]
 
     monkeypatch.setenv("VQLC_CACHE_DIR", str(tmp_path / "cache"))
@@ -434,8 +437,14 @@ def test_the_judges_page_shows_each_judge_its_ratings_with_reasons_and_the_label
         unparsed = any("could not be parsed" in c.value for c in at.caption)
         assert unparsed == (not want["parsed"].any())
 
+    assert at.title[0].value == "LLM judges" and not any("offline default, SmolLM2" in w.value for w in at.warning)
+
+    at = AppTest.from_file(str(ROOT / "pages" / "labels.py"), default_timeout=120)
+    at.session_state["run"] = "apptest"
+    at.run()
+    assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
     assert any("These labels were written and scored by the offline default" in w.value for w in at.warning)
-    labelled = at.dataframe[-1].value.set_index("concept")
+    (labelled,) = [d.value.set_index("concept") for d in at.dataframe]
     assert labelled.loc[k, "status"] == entry["status"] and not labelled.loc[k, "edited"]
     det = (entry["detection"] or {}).get("balanced_accuracy")
     assert (pd.isna(labelled.loc[k, "detection"]) if det is None else labelled.loc[k, "detection"] == det)

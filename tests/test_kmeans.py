@@ -3,9 +3,9 @@ import pytest
 from sklearn.metrics import adjusted_mutual_info_score
 
 from tests.conftest import blobs
-from vqlc_core.kmeans import KMeansConcepts
-from vqlc_core.runio import RunError
-from vqlc_core.store import ArrayStore
+from vqlc_core.methods.kmeans import KMeansConcepts
+from vqlc_core.base.runio import RunError
+from vqlc_core.data.store import ArrayStore
 
 
 class CountingStore(ArrayStore):

@@ -8,17 +8,19 @@ from __future__ import annotations
 
 import html
 import json
-import shutil
 
+import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.conftest import ROOT
 from tests.runcopy import linked_copy
-from vqlc_core import browse, export_html, judge, labels
-from vqlc_core.run import Run
-from vqlc_core.runio import RunError
+from vqlc_core.views import browse, export_html
+from vqlc_core.llm import judge_results, labels, runfacts
+from vqlc_core.build.run import Run
+from vqlc_core.base.runio import RunError
 from vqlc_ui import plain
+from vqlc_core.methods.concepts import is_prediction_concept
 
 EVIL = "<b>bold</b> [link](http://x.invalid)"
 
@@ -30,7 +32,7 @@ def run(apptest_run, tmp_path):
 
 def a_word_concept(run: Run, method: str = "vqlc") -> int:
     cs = run.concept_set(method)
-    return next(k for k in range(cs.n_concepts) if cs.sizes[k] and not browse.is_prediction_concept(cs.summary.loc[k]))
+    return next(k for k in range(cs.n_concepts) if cs.sizes[k] and not is_prediction_concept(cs.summary.loc[k]))
 
 
 def own_manifest(run: Run) -> dict:
@@ -58,7 +60,9 @@ def test_a_written_label_names_its_concept_and_is_marked_edited(run):
     assert (entry["status"], entry["description"], entry["edited"]) == ("mixed", "Words that deny.", True)
     assert labels.label_facts(entry) == "Label written by hand. Words that deny."
     frame = labels.labels_frame(labels.load_labels(run.dir, "vqlc"))
-    assert frame.set_index("concept").loc[k, "edited"] and frame.set_index("concept").loc[k, "agreement"] is None
+    assert frame.set_index("concept").loc[k, "edited"] and pd.isna(frame.set_index("concept").loc[k, "agreement"])
+    assert f"| {k} | mixed | negation words (edited) | – | – | Words that deny. |" in \
+        labels.labels_table(labels.load_labels(run.dir, "vqlc"))
 
 
 def test_a_label_the_model_agreed_on_shows_its_status_agreement_and_detection(run):
@@ -67,15 +71,16 @@ def test_a_label_the_model_agreed_on_shows_its_status_agreement_and_detection(ru
              "agreement": 2, "samples": [], "unparseable": 1, "n_shown": 20, "edited": False,
              "detection": {"balanced_accuracy": 0.75, "low": 0.5, "high": 1.0, "members": 4, "non_members": 4,
                            "unparseable": 0}}
-    labels._save(run.dir, "vqlc", {k: entry})
+    labels.save_labels(run.dir, "vqlc", {k: entry})
     assert run.concept_set("vqlc").label(k) == f"c{k}: film words"
     assert labels.label_facts(entry) == ("LLM label: clear, 2/3 samples agree, detection 0.75 [0.50, 1.00] balanced "
                                          "accuracy on 4 + 4 held-out contexts. Film terms.")
     assert "| film words | 2/3 | 0.75 [0.50, 1.00] |" in labels.labels_table({k: entry})
     no_name = {**entry, "name": None, "agreement": 1, "detection": None}
-    labels._save(run.dir, "vqlc", {k: no_name})
+    labels.save_labels(run.dir, "vqlc", {k: no_name})
     assert "(edited)" not in run.concept_set("vqlc").label(k) and "film" not in run.concept_set("vqlc").label(k)
     assert labels.label_facts(no_name) is None
+    assert f"| {k} | clear | – | 1/3 | – | Film terms. |" in labels.labels_table({k: no_name})  # no name kept
 
 
 def test_an_explanation_shows_the_labels_of_now_not_of_when_it_was_computed(run):
@@ -98,7 +103,7 @@ def test_an_explanation_shows_the_labels_of_now_not_of_when_it_was_computed(run)
 def test_labels_of_an_earlier_build_are_not_shown_and_are_moved_aside_not_merged(run):
     k = a_word_concept(run)
     labels.set_label(run.dir, "vqlc", k, "old concept")
-    digest = labels.concepts_digest(run.dir, "vqlc")
+    digest = runfacts.concepts_digest(run.dir, "vqlc")
     assert digest and json.loads(labels.labels_path(run.dir, "vqlc").read_text())[labels.DIGEST] == digest
     assert labels.labels_state(run.dir, "vqlc") == "current"
 
@@ -113,8 +118,8 @@ def test_labels_of_an_earlier_build_are_not_shown_and_are_moved_aside_not_merged
     aside = run.dir / "llm" / f"labels_vqlc.{digest[:12]}.json"
     assert json.loads(aside.read_text())["concepts"][str(k)]["name"] == "old concept"  # nothing lost
 
-    res = {"concepts": {"vqlc": digest, "kmeans": labels.concepts_digest(run.dir, "kmeans"), "lacoat": None}}
-    assert judge.stale_methods(run.dir, res) == ["vqlc"]
+    res = {"concepts": {"vqlc": digest, "kmeans": runfacts.concepts_digest(run.dir, "kmeans"), "lacoat": None}}
+    assert judge_results.stale_methods(run.dir, res) == ["vqlc"]
 
 
 def test_a_bad_label_or_labels_file_is_one_sentence(run):
@@ -192,15 +197,19 @@ def test_a_label_written_on_the_concept_view_shows_on_every_page(run, monkeypatc
     (body,) = [m.value for m in at.markdown if "<span" in m.value]
     assert f'title="{html.escape(want, quote=True)}"' in body and "<b>bold</b>" not in body
 
-    at = ran(page(run, "judges"))
+    at = ran(page(run, "labels"))
     (table,) = [d.value for d in at.dataframe]
     assert table.set_index("concept").loc[k, "edited"] and table.set_index("concept").loc[k, "name"] == EVIL
-    assert any("No judge has rated" in i.value for i in at.info)
+    n = len(labels.load_labels(run.dir, "vqlc"))  # every one written by hand
+    assert any(plain(f"{n} concepts labelled, {n} with a name, {n} edited by hand; labeller none.") in c.value
+               for c in at.caption)
+    at = ran(page(run, "judges"))
+    assert any("No judge has rated" in i.value for i in at.info) and not at.dataframe
 
 
 @pytest.mark.slow
 def test_a_pin_made_before_a_label_was_written_shows_the_label_in_the_case_study(run, monkeypatch):
-    from vqlc_core.pins import add_pin, load_pins
+    from vqlc_core.views.pins import add_pin, load_pins
 
     monkeypatch.setenv("VQLC_CACHE_DIR", str(run.dir.parent.parent))
     pin = browse.make_pin(run.explainer(), "the plot is thin but the actors seem to enjoy themselves", "vqlc",

@@ -6,9 +6,9 @@ import pytest
 from sklearn.metrics import adjusted_mutual_info_score
 
 from tests import conftest
-from vqlc_core.lacoat import LACOAT, ConceptMapper, MemoryBudgetError, estimate_memory, max_rows_within
-from vqlc_core.runio import RunError
-from vqlc_core.store import ArrayStore, fit_set_rows
+from vqlc_core.methods.lacoat import LACOAT, ConceptMapper, MemoryBudgetError, estimate_memory, max_rows_within
+from vqlc_core.base.runio import RunError
+from vqlc_core.data.store import ArrayStore, fit_set_rows
 
 
 blobs = partial(conftest.blobs, k=8, dim=24)  # Gaussian blobs: (k*n_per, dim) float32 vectors, blob ids

@@ -1,5 +1,5 @@
-"""Concept maps: one point per non-empty concept, the same map for the same seed, and marker
-sizes that grow with a concept's size while keeping the smallest concepts visible."""
+"""Concept maps: one point per non-empty concept, and the same map for the same seed. What the
+Codebook map page plots of a map (marker sizes, escaped hover texts) is tests/test_views_map.py."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from tests.conftest import blobs
-from vqlc_core.concepts import ConceptSet, summarize
-from vqlc_core.maps import concept_map, marker_size
+from vqlc_core.methods.concepts import ConceptSet, summarize
+from vqlc_core.views.maps import concept_map
 
 COLUMNS = ["concept", "size", "n_pred", "dominant_class", "purity", "x", "y", "top_words"]
 
@@ -25,19 +25,6 @@ def concept_set(n_concepts: int, empty: int, seed: int = 0) -> ConceptSet:
     vectors, _ = blobs(n_per=1, k=n_concepts, dim=16, seed=seed)
     return ConceptSet("kmeans", assignments, vectors, summarize(tokens, assignments, n_concepts, ["neg", "pos"]),
                       ["neg", "pos"])
-
-
-def test_marker_size_grows_with_concept_size():
-    sizes = np.array([0, 1, 2, 10, 100, 1_000, 10_000])
-    m = marker_size(sizes)
-    assert np.all(np.diff(m[1:]) > 0)
-    assert m[-1] / m[1] > 10  # the big concepts stand out
-
-
-def test_marker_size_keeps_empty_and_one_member_concepts_visible():
-    m = marker_size(pd.Series([0, 1, 5]))
-    assert m[0] == m[1] == 3.0 and m.min() > 0
-    assert marker_size([]).shape == (0,)
 
 
 def test_a_small_map_has_one_row_per_non_empty_concept():

@@ -1,13 +1,13 @@
 import numpy as np
 import pytest
 
-from vqlc_core.kmeans import KMeansConcepts
-from vqlc_core.lacoat import LACOAT
-from vqlc_core.config import MethodsConfig
-from vqlc_core.methods import (DEFAULT_METHODS, METHODS, REGISTRY, ConceptMethod, PeakMemory, method_class,
-                               softmax_neg_distances)
-from vqlc_core.runio import RunError
-from vqlc_core.store import ArrayStore
+from vqlc_core.methods.kmeans import KMeansConcepts
+from vqlc_core.methods.lacoat import LACOAT
+from vqlc_core.build.config import MethodsConfig
+from vqlc_core.methods.base import (DEFAULT_METHODS, REGISTRY, ConceptMethod, PeakMemory, method_class,
+                                    method_names, softmax_neg_distances)
+from vqlc_core.base.runio import RunError
+from vqlc_core.data.store import ArrayStore
 
 
 class FirstSignMethod(ConceptMethod):
@@ -70,9 +70,9 @@ def test_a_new_method_fits_saves_and_loads_through_the_base_class_alone(tmp_path
 
 
 def test_the_registry_names_each_method_class_once():
-    assert METHODS == tuple(REGISTRY) == ("vqlc", "kmeans", "lacoat", "sae")
+    assert method_names() == tuple(REGISTRY) == ("vqlc", "kmeans", "lacoat", "sae")
     assert DEFAULT_METHODS == ("vqlc", "kmeans", "lacoat") == MethodsConfig().methods  # the SAE is an option
-    for name in METHODS:
+    for name in method_names():
         cls = method_class(name)
         assert issubclass(cls, ConceptMethod) and cls(n_concepts=3).name == name
     with pytest.raises(RunError, match="Unknown concept method 'pca'; choose one of vqlc, kmeans, lacoat, sae."):

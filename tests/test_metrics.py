@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from vqlc_core.metrics import (R2Accumulator, assignment_ami, centroid_r2, codebook_perplexity, codebook_use,
+from vqlc_core.methods.metrics import (R2Accumulator, assignment_ami, centroid_r2, codebook_perplexity, codebook_use,
                                dead_codes, r2_score)
 
 
@@ -51,7 +51,7 @@ def test_ami_is_one_for_the_same_partition_under_other_labels():
 
 
 def test_centroid_r2_streams_the_reconstruction_of_rows_by_their_concept_vector():
-    from vqlc_core.store import ArrayStore
+    from vqlc_core.data.store import ArrayStore
 
     rng = np.random.default_rng(2)
     x = rng.normal(size=(40, 5)).astype(np.float32)

@@ -11,8 +11,9 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from vqlc_core.datasets import SourceError
-from vqlc_core.models import conversion_dtype, gguf_architectures, load_model, prepare, resolve_model, smollm2_gguf
+from vqlc_core.base.runio import SourceError
+from vqlc_core.data.gguf_files import conversion_dtype, gguf_architectures, smollm2_gguf
+from vqlc_core.data.models import load_model, prepare, resolve_model
 
 CACHE = Path(__file__).resolve().parents[1] / "cache"  # the project's git-ignored cache: downloads happen once
 
@@ -142,7 +143,7 @@ def test_a_conversion_says_its_size_first_and_stops_before_loading_when_the_disk
     gguf = smollm2_gguf(cache_dir)
     monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**9, 10**9 - 10**6, 10**6))
     start = time.perf_counter()
-    with caplog.at_level(logging.INFO, logger="vqlc_core.models"), \
+    with caplog.at_level(logging.INFO, logger="vqlc_core.data.gguf_files"), \
             pytest.raises(SourceError, match=r"needs about \d+ MB on disk and .* has 1 MB free") as info:
         resolve_model(str(gguf), cache_dir=tmp_path)
     assert time.perf_counter() - start < 5  # from the file's header: the model was never loaded

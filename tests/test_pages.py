@@ -17,11 +17,11 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from tests.conftest import ROOT
-from vqlc_core import report
-from vqlc_core.run import FORMAT_VERSION
+from vqlc_core.views import report
+from vqlc_core.build.run import FORMAT_VERSION
 
 RUN = "apptest"
-PAGES = ["concepts", "codebook_map", "explain", "compare", "case_study", "judges", "build"]
+PAGES = ["concepts", "codebook_map", "explain", "compare", "case_study", "judges", "labels", "build"]
 SENTENCE = "the plot is thin but the actors seem to enjoy themselves"  # plain words, one word each
 
 
@@ -104,7 +104,7 @@ def test_explain_shows_the_prediction_and_a_concept_for_every_word(cache_env):
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["vqlc", "kmeans"])
 def test_explain_shows_the_prediction_concept_by_its_nearest_train_sentences(cache_env, method):
-    from vqlc_core import browse
+    from vqlc_core.views import browse
     from vqlc_ui import plain
 
     at = rendered(page("explain", method=method, text=SENTENCE), f"explain ({method} prediction concept)")
@@ -148,7 +148,7 @@ def test_user_html_in_the_input_is_escaped(cache_env):
 @pytest.mark.slow
 def test_compare_shows_the_three_methods_and_the_faithfulness_table(cache_env):
     at = rendered(page("compare", text=SENTENCE), "compare")
-    assert [s.value for s in at.subheader] == ["kmeans", "lacoat", "vqlc", "Against energy-matched controls"]
+    assert [s.value for s in at.subheader] == ["VQLC", "K-Means", "LACOAT", "Against energy-matched controls"]
     assert any("| VQLC | prediction concept | matched concept |" in m.value for m in at.markdown)
     assert len(html_bodies(at)) == 3
     faith = at.dataframe[0].value
@@ -161,7 +161,7 @@ def test_compare_shows_the_three_methods_and_the_faithfulness_table(cache_env):
 @pytest.mark.slow
 def test_a_pin_from_explain_reaches_the_case_study_with_its_exports(apptest_run, tmp_path, monkeypatch):
     from tests.runcopy import linked_copy
-    from vqlc_core.pins import load_pins
+    from vqlc_core.views.pins import load_pins
 
     run = linked_copy(apptest_run.dir, tmp_path)  # pins are saved with the run: this one's are the test's own
     monkeypatch.setenv("VQLC_CACHE_DIR", str(tmp_path))
@@ -211,7 +211,7 @@ def test_a_broken_run_is_one_sentence_not_a_traceback(tmp_path, monkeypatch):
 
 def _parsed(command: str):
     """The configuration the command line builds from `command` (`vqlc build ...`)."""
-    from vqlc_core.cli import config_from_args, parser
+    from vqlc_core.build.cli import config_from_args, parser
 
     words = shlex.split(command)
     assert words[:2] == ["vqlc", "build"], command
@@ -227,8 +227,8 @@ def _parsed(command: str):
                  "methods": ("vqlc", "kmeans"), "seed": 3, "vqlc_beta": 0.5, "cache_dir": "/tmp/a cache"}),
 ])
 def test_the_suggested_build_command_carries_the_runs_own_settings(monkeypatch, name, kw):
-    from vqlc_core.browse import build_command
-    from vqlc_core.config import preset
+    from vqlc_core.build.config import build_command
+    from vqlc_core.build.config import preset
 
     monkeypatch.delenv("VQLC_CACHE_DIR", raising=False)
     cfg = preset(name, **kw)
@@ -239,9 +239,9 @@ def test_the_suggested_build_command_carries_the_runs_own_settings(monkeypatch, 
 
 def _first_try_failed(cache):
     """Run 'half' after a first build that failed in its first stage (a wrong text column)."""
-    from vqlc_core.config import preset
-    from vqlc_core.pipeline import build
-    from vqlc_core.runio import RunError
+    from vqlc_core.build.config import preset
+    from vqlc_core.build.pipeline import build
+    from vqlc_core.base.runio import RunError
 
     data = cache / "reviews.csv"
     data.parent.mkdir(parents=True, exist_ok=True)
@@ -268,7 +268,7 @@ def _no_classifier_yet(cache, request):
     (_no_classifier_yet, "has no finished 'classifier' stage yet"),
 ], ids=["first build failed", "no classifier yet"])
 def test_a_half_built_run_is_shown_with_a_command_that_finishes_it(request, tmp_path, monkeypatch, make, phrase):
-    from vqlc_core.run import Run
+    from vqlc_core.build.run import Run
 
     run_dir = make(tmp_path, request)
     monkeypatch.setenv("VQLC_CACHE_DIR", str(tmp_path))
@@ -286,7 +286,7 @@ def test_a_half_built_run_is_shown_with_a_command_that_finishes_it(request, tmp_
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["concepts", "explain"])
 def test_a_concept_whose_cloud_cannot_be_drawn_shows_its_words(cache_env, monkeypatch, name):
-    monkeypatch.setattr("vqlc_core.wordclouds.concept_cloud", lambda *a, **k: None)
+    monkeypatch.setattr("vqlc_core.views.wordclouds.concept_cloud", lambda *a, **k: None)
     at = rendered(page(name, text=SENTENCE), f"{name} (no word clouds)")
     assert not at.get("image"), "a word cloud was shown"
     cs = cache_env.concept_set("vqlc")

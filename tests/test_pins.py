@@ -9,9 +9,9 @@ import json
 import pytest
 
 from tests.runcopy import linked_copy
-from vqlc_core import browse
-from vqlc_core.pins import add_pin, load_pins, pins_path, remove_pin, save_pins
-from vqlc_core.runio import RunError
+from vqlc_core.views import browse
+from vqlc_core.views.pins import add_pin, load_pins, pins_path, remove_pin, save_pins
+from vqlc_core.base.runio import RunError
 
 SENTENCE = "the plot is thin but the actors seem to enjoy themselves"
 

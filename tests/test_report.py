@@ -7,7 +7,7 @@ import zipfile
 import pytest
 from PIL import Image
 
-from vqlc_core import report
+from vqlc_core.views import report
 
 TEXT = "a $5 <b>great</b> film, 100% fun & not dull"
 SOURCE = {"run": "run-7", "model": "minilm-x", "layer": 4, "method": "vqlc", "seed": 13}  # browse.provenance
@@ -98,7 +98,7 @@ def test_the_figure_captions_name_every_figure_of_the_pin(pin):
     ("run-7", "vqlc", "a dull film", 1),
 ])
 def test_an_input_is_pinned_once_per_run_and_method(run, method, text, found):
-    from vqlc_core.browse import find_pin
+    from vqlc_core.views.browse import find_pin
 
     pins = [{**SOURCE, "text": "a fine film"}, {**SOURCE, "text": "a dull film"}]
     assert find_pin(pins, run, method, text) == found

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vqlc_core.runio import RunError, atomic_path, check_run_name, read_json, read_npy, write_json, write_npy
+from vqlc_core.base.runio import RunError, atomic_path, check_run_name, read_json, read_npy, write_json, write_npy
 
 
 def leftovers(folder) -> list[str]:

@@ -15,15 +15,15 @@ import pytest
 import torch
 
 from tests.conftest import CACHE, ROOT, run_cli
-from vqlc_core.ablation import ablate
-from vqlc_core.backbone import capture
-from vqlc_core.checkpoint import CHECKPOINT_FILE, read_meta
-from vqlc_core.concepts import ConceptSet
-from vqlc_core.config import MethodsConfig
-from vqlc_core.metrics import R2Accumulator
-from vqlc_core.runio import RunError
-from vqlc_core.sae import SAEConcepts
-from vqlc_core.sae_compare import compare, load, markdown, write
+from vqlc_core.explain.ablation import ablate
+from vqlc_core.data.backbone import capture
+from vqlc_core.base.checkpoint import CHECKPOINT_FILE, read_meta
+from vqlc_core.methods.concepts import ConceptSet
+from vqlc_core.build.config import MethodsConfig
+from vqlc_core.methods.metrics import R2Accumulator
+from vqlc_core.base.runio import RunError
+from vqlc_core.methods.sae import SAEConcepts
+from vqlc_core.evaluate.sae_compare import compare, load, markdown, write
 
 SMALL = dict(n_concepts=256, k=8, batch_size=128, min_steps=300, progress=False)
 
@@ -101,7 +101,7 @@ def test_ablating_a_features_direction_leaves_the_layer_l_states_orthogonal_to_i
 
 
 def test_the_top_activation_table_holds_each_features_largest_activations_over_the_rows(apptest_run, sae):
-    from vqlc_core.features import top_activations
+    from vqlc_core.evaluate.features import top_activations
 
     store = apptest_run.store
     rows = store.rows_where(split="train", kind="word")
@@ -118,7 +118,7 @@ def test_the_top_activation_table_holds_each_features_largest_activations_over_t
 
 
 def test_a_features_contexts_give_its_activation_on_every_word_of_the_sentence(apptest_run, sae):
-    from vqlc_core.features import activation_html, feature_contexts, top_activations
+    from vqlc_core.evaluate.features import activation_html, feature_contexts, top_activations
 
     store = apptest_run.store
     top = top_activations(sae, store, store.rows_where(split="train", kind="word"), n=4)
@@ -139,8 +139,8 @@ def test_a_features_contexts_give_its_activation_on_every_word_of_the_sentence(a
 _KILLED_FIT = """
 import json, sys, torch
 torch.set_num_threads(1)
-from vqlc_core.run import Run
-from vqlc_core.sae import SAEConcepts
+from vqlc_core.build.run import Run
+from vqlc_core.methods.sae import SAEConcepts
 import numpy as np
 run = Run(sys.argv[1])
 SAEConcepts(**json.loads(sys.argv[2]), checkpoint_dir=sys.argv[3]).fit(run.store, rows=np.load(run.dir / "fitset.npy"))
@@ -190,10 +190,10 @@ def test_a_saved_sae_loads_and_encodes_identically(apptest_run, sae, tmp_path):
 
 
 def test_the_build_config_sets_latents_and_k_and_refuses_k_above_them(tmp_path):
-    m = SAEConcepts.from_config(MethodsConfig(sae_latents=64, sae_k=4), seed=3, workdir=tmp_path)
+    m = SAEConcepts.from_config(MethodsConfig.of(sae_latents=64, sae_k=4), seed=3, workdir=tmp_path)
     assert (m.n_concepts, m.k, m.seed, m.checkpoint_dir) == (64, 4, 3, str(tmp_path / "checkpoint"))
     with pytest.raises(RunError, match="--sae-latents must be at least 33, got 32"):
-        MethodsConfig(sae_latents=32, sae_k=32)
+        MethodsConfig.of(sae_latents=32, sae_k=32)
 
 
 def test_the_comparison_measures_every_method_of_the_run_alike(apptest_run, sae, sae_concepts, tmp_path):
@@ -240,7 +240,7 @@ def sae_run(apptest_run, tmp_path_factory):
     """A private copy of the apptest run with a small SAE built into it, and its evaluation and
     maps again."""
     from tests.runcopy import sealed_copy
-    from vqlc_core.pipeline import build
+    from vqlc_core.build.pipeline import build
 
     run = sealed_copy(apptest_run.dir, tmp_path_factory.mktemp("cache"))
     cfg = run.rebuild_config().replace(methods=("vqlc", "kmeans", "lacoat", "sae"), sae_latents=128, sae_k=4)
@@ -259,7 +259,7 @@ def test_a_build_with_the_sae_gives_the_explainer_and_the_evaluation_its_feature
     assert len(ex.methods["sae"]["prediction_concepts"]) == 5
     faith = run.faithfulness()
     sae_rows = faith[faith["method"] == "sae"]
-    from vqlc_core.faithfulness import ALL_TARGETS
+    from vqlc_core.evaluate.faithfulness import ALL_TARGETS
 
     assert set(sae_rows["target"]) == set(ALL_TARGETS)  # the energy-matched controls included
     assert (sae_rows["mean_energy"] >= 0).all()
@@ -290,7 +290,7 @@ def test_the_command_writes_the_comparison_that_the_compare_page_shows(sae_run, 
 def test_the_concepts_page_shows_an_sae_feature_by_its_top_activating_contexts(sae_run, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
-    from vqlc_core.features import read_top
+    from vqlc_core.evaluate.features import read_top
 
     top = read_top(sae_run.dir, "sae")
     assert top is not None and read_top(sae_run.dir, "vqlc") is None  # clusters have no activations

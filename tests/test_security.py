@@ -13,7 +13,7 @@ import tomllib
 import pytest
 
 from tests.conftest import ROOT
-from vqlc_core.runio import RunError
+from vqlc_core.base.runio import RunError
 
 CODE = [ROOT / "vqlc_core", ROOT / "pages", ROOT / "app.py", ROOT / "vqlc_ui", ROOT / "bench", ROOT / "scripts"]
 UNSAFE = {
@@ -38,7 +38,7 @@ def _sources():
 
 def test_the_scan_covers_the_code_base():
     names = {p.relative_to(ROOT).as_posix() for p in _sources()}
-    assert {"app.py", "vqlc_ui/loaders.py", "vqlc_core/runio.py", "pages/explain.py", "scripts/setup.sh"} <= names
+    assert {"app.py", "vqlc_ui/loaders.py", "vqlc_core/base/runio.py", "pages/explain.py", "scripts/setup.sh"} <= names
 
 
 @pytest.mark.parametrize("what", list(UNSAFE))
@@ -75,7 +75,7 @@ def test_streamlit_reads_the_localhost_config_from_the_repository():
 
 
 def test_a_dataset_file_over_the_size_limit_is_one_sentence(tmp_path):
-    from vqlc_core.datasets import load_dataset
+    from vqlc_core.data.datasets import load_dataset
 
     path = tmp_path / "big.csv"
     path.write_text("text,label\n" + "a fine film,1\n" * 2000)
@@ -85,7 +85,7 @@ def test_a_dataset_file_over_the_size_limit_is_one_sentence(tmp_path):
 
 
 def test_the_default_size_limit_applies_without_reading_the_file(tmp_path):
-    from vqlc_core.datasets import MAX_BYTES, load_dataset
+    from vqlc_core.data.datasets import MAX_BYTES, load_dataset
 
     path = tmp_path / "huge.jsonl"
     with open(path, "wb") as f:  # sparse: over the limit on paper, nothing on disk
@@ -109,7 +109,7 @@ def _hostile_table(marker):
 
 @pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".parquet"])
 def test_a_dataset_file_is_parsed_as_data_never_run(tmp_path, suffix):
-    from vqlc_core.datasets import load_dataset
+    from vqlc_core.data.datasets import load_dataset
 
     marker = tmp_path / "pwned"
     df, path = _hostile_table(marker), tmp_path / f"evil{suffix}"
@@ -121,7 +121,7 @@ def test_a_dataset_file_is_parsed_as_data_never_run(tmp_path, suffix):
 
 
 def test_a_file_in_a_pickle_format_is_refused_before_it_is_opened(tmp_path):
-    from vqlc_core.datasets import load_dataset
+    from vqlc_core.data.datasets import load_dataset
 
     path = tmp_path / "data.pkl"
     path.write_bytes(b"\x80\x04K\x01.")
@@ -162,8 +162,8 @@ def test_parquet_reading_cannot_unpickle_extension_types(tmp_path):
 
     import pyarrow.parquet as pq
 
-    from vqlc_core.datasets import load_dataset
-    from vqlc_core.runio import read_parquet
+    from vqlc_core.data.datasets import load_dataset
+    from vqlc_core.base.runio import read_parquet
 
     marker, texts = tmp_path / "pwned", ["a fine film", "a dull film", "ok"]
     payload = _armed_parquet(tmp_path / "evil.parquet", marker, texts)

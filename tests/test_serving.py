@@ -11,7 +11,7 @@ import threading
 import numpy as np
 import pytest
 
-from vqlc_core.serving import Batcher, ExplainService, SessionLeft
+from vqlc_core.explain.serving import Batcher, ExplainService, SessionLeft
 
 TEXTS = ["a charming and often affecting journey .",
          "the plot is thin but the actors seem to enjoy themselves",

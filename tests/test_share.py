@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 from tests.conftest import ROOT
 from tests.runcopy import linked_copy
-from vqlc_core.pins import load_pins
+from vqlc_core.views.pins import load_pins
 from vqlc_ui.share import encode, format_ablate, link, parse_ablate
 
 SENTENCE = "the plot is thin but the actors seem to enjoy themselves"  # plain words, one word each

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from tests.conftest import blobs
-from vqlc_core.runio import RunError, read_npy
-from vqlc_core.store import TOKEN_COLUMNS, ActivationStore, ShardWriter, finalize_store
+from vqlc_core.base.runio import RunError, read_npy
+from vqlc_core.data.store import TOKEN_COLUMNS, ActivationStore, ShardWriter, finalize_store
 
 
 def write_store(path, x: np.ndarray, shard_rows: int, pieces: list[int]) -> ShardWriter:
@@ -77,7 +77,7 @@ def test_a_truncated_shard_is_refused_naming_the_stage_to_rebuild(tmp_path):
 
 
 def test_a_capped_fit_set_keeps_every_prediction_row_and_samples_the_words():
-    from vqlc_core.store import cap_fit_set
+    from vqlc_core.data.store import cap_fit_set
 
     rows = np.arange(0, 3000, 2)  # 1,500 rows, every tenth a prediction row
     is_pred = (np.arange(len(rows)) % 10) == 0

@@ -4,8 +4,9 @@ import pandas as pd
 import pytest
 
 from tests.conftest import run_cli
-from vqlc_core.runio import RunError, read_json, read_parquet
-from vqlc_core.tables import NAMES, compare_table, run_tables
+from vqlc_core.base.runio import RunError, read_json, read_parquet
+from vqlc_core.evaluate.tables import compare_table, run_tables
+from vqlc_core.methods.base import display_name
 
 
 def _rows(md: str, first_cell: str) -> list[list[str]]:
@@ -27,7 +28,7 @@ def test_the_faithfulness_table_has_a_row_per_method_and_target_with_the_runs_fi
     table = [r for r in rows if len(r) == 6]  # the faithfulness table's six columns
     assert len(table) == len(faith)
     for r, (_, f) in zip(table, faith.iterrows()):
-        assert r[0] == NAMES.get(f["method"], f["method"]) and r[1] == f["target"]
+        assert r[0] == display_name(f["method"]) and r[1] == f["target"]
         assert r[2] == f"{int(f['n_sentences'])} × {int(f['n_seeds'])}"
         assert r[3].startswith(f"{f['mean_conf_drop']:.3f}".replace("-", "−"))
         assert r[5] == f"{f['mean_energy']:.3f}"
@@ -87,7 +88,7 @@ def _tables(md: str, header: str) -> list[list[list[str]]]:
 
 
 def test_the_report_gives_each_target_against_its_energy_matched_controls_overall_and_per_class(apptest_run):
-    from vqlc_core.faithfulness import MATCHED
+    from vqlc_core.evaluate.faithfulness import MATCHED
 
     md = run_tables(apptest_run)
     matched = read_parquet(apptest_run.dir / "eval" / "matched.parquet")
@@ -95,7 +96,7 @@ def test_the_report_gives_each_target_against_its_energy_matched_controls_overal
     assert len(matched) == len(apptest_run.methods_built()) * sum(len(c) for c in MATCHED.values())
     assert len(overall) == len(matched)
     for r, (_, m) in zip(overall, matched.iterrows()):
-        assert r[0] == NAMES.get(m["method"], m["method"]) and r[1] == m["target"]
+        assert r[0] == display_name(m["method"]) and r[1] == m["target"]
         assert m["control"].endswith(r[2])
         assert r[3].startswith(f"{m['diff_conf_drop']:.3f}".replace("-", "−"))
         assert r[5] == f"{m['energy_a']:.3f} / {m['energy_b']:.3f}"

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from vqlc_core.distributed import _noop
-from vqlc_core.vq import EMACodebook, VQModel, farthest_first, orthogonality_penalty, squared_distances
+from vqlc_core.base.distributed import _noop
+from vqlc_core.methods.vq import EMACodebook, VQModel, farthest_first, orthogonality_penalty, squared_distances
 
 
 def _min_dist_to(chosen: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -207,7 +207,7 @@ def _dense_centre_and_shell(n_centre: int = 2000, n_shell: int = 200, d: int = 8
 
 
 def test_farthest_first_leaves_a_dense_centre_without_codes_and_kmeans_plus_plus_seeds_it():
-    from vqlc_core.vq import init_codes
+    from vqlc_core.methods.vq import init_codes
 
     x = _dense_centre_and_shell()  # 91% of the rows in the centre
     in_centre = {how: int((init_codes(x, 40, how, seed=0).norm(dim=1) < 3).sum()) for how in ("farthest_first", "kmeans++")}
@@ -219,7 +219,7 @@ def test_farthest_first_leaves_a_dense_centre_without_codes_and_kmeans_plus_plus
 
 
 def test_random_reseeding_takes_seeded_batch_rows_where_largest_error_takes_the_periphery():
-    from vqlc_core.vq import EMACodebook
+    from vqlc_core.methods.vq import EMACodebook
 
     z = _dense_centre_and_shell(n_centre=900, n_shell=100)
     picked = {}

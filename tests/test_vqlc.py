@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from vqlc_core.checkpoint import CHECKPOINT_FILE
-from vqlc_core.config import MethodsConfig
-from vqlc_core.metrics import vqlc_measures
-from vqlc_core.runio import RunError
-from vqlc_core.store import ArrayStore
-from vqlc_core.vq import VQModel
-from vqlc_core.vqlc import VQLC
+from vqlc_core.base.checkpoint import CHECKPOINT_FILE
+from vqlc_core.build.config import MethodsConfig
+from vqlc_core.methods.metrics import vqlc_measures
+from vqlc_core.base.runio import RunError
+from vqlc_core.data.store import ArrayStore
+from vqlc_core.methods.vq import VQModel
+from vqlc_core.methods.vqlc import VQLC
 
 SMALL = dict(n_concepts=8, epochs=3, batch_size=64, hidden=16, init_sample=500, lr=2e-3, progress=False)
 
@@ -139,7 +139,7 @@ def test_predict_proba_is_a_softmax_over_codes_that_peaks_at_the_prediction(fitt
 
 
 def test_from_config_takes_the_build_settings_and_fit_rows_follows_fit_on(store, tmp_path):
-    mcfg = MethodsConfig(n_concepts=16, vqlc_beta=0.5, vqlc_epochs=None, vqlc_fit_on="fitset")
+    mcfg = MethodsConfig.of(n_concepts=16, vqlc_beta=0.5, vqlc_epochs=None, vqlc_fit_on="fitset")
     est = VQLC.from_config(mcfg, seed=3, workdir=tmp_path)
     assert (est.n_concepts, est.beta, est.epochs, est.seed) == (16, 0.5, None, 3)
     assert est.checkpoint_dir == str(tmp_path / "checkpoint") and est.device == "cpu"
@@ -147,9 +147,9 @@ def test_from_config_takes_the_build_settings_and_fit_rows_follows_fit_on(store,
     assert VQLC.fit_rows(mcfg, store, fitset) is fitset
     train = np.arange(0, 100, 3)
     labelled = SimpleNamespace(rows_where=lambda split: train if split == "train" else None)  # an ActivationStore's one call
-    assert VQLC.fit_rows(MethodsConfig(vqlc_fit_on="all"), labelled, fitset) is train
-    assert set(VQLC.config_keys) == {"vqlc_beta", "vqlc_epochs", "vqlc_fit_on", "vqlc_variant"}
-    paper = VQLC.from_config(MethodsConfig(vqlc_variant="paper"), seed=0, workdir=tmp_path)
+    assert VQLC.fit_rows(MethodsConfig.of(vqlc_fit_on="all"), labelled, fitset) is train
+    assert set(VQLC.option_names()) == {"vqlc_beta", "vqlc_epochs", "vqlc_fit_on", "vqlc_variant"}
+    paper = VQLC.from_config(MethodsConfig.of(vqlc_variant="paper"), seed=0, workdir=tmp_path)
     assert (paper.init, paper.reseed, paper.normalize, paper.ortho_weight) == ("farthest_first", "largest_error",
                                                                                "center_rms", 0.0)
 
@@ -211,7 +211,7 @@ def test_the_orthogonality_penalty_keeps_the_projection_near_an_isometry(store):
 
 
 def test_a_negative_orthogonality_weight_is_refused(store):
-    with pytest.raises(ValueError, match="ortho_weight must be >= 0"):
+    with pytest.raises(ValueError, match="ortho_weight must be at least 0"):
         VQLC(**SMALL, ortho_weight=-1.0).fit(store)
 
 

@@ -9,7 +9,7 @@ import logging
 
 from PIL import Image
 
-from vqlc_core.wordclouds import HEIGHT, WIDTH, cloud_path, concept_cloud, palette_png, render_cloud
+from vqlc_core.views.wordclouds import HEIGHT, WIDTH, cloud_path, concept_cloud, palette_png, render_cloud
 
 WORDS = json.dumps([["good", 40], ["great", 25], ["wonderful", 9], ["fine", 3]])
 
@@ -59,7 +59,7 @@ def test_a_concept_without_words_has_no_cloud(tmp_path):
 def test_a_concept_whose_cloud_cannot_be_drawn_has_no_cloud_and_logs_why(tmp_path, caplog):
     # Whole sentences taken for words (a tokenizer that never splits) leave the library no room.
     sentences = json.dumps([["word " * 60, 3], ["other " * 60, 2]])
-    with caplog.at_level(logging.DEBUG, logger="vqlc_core.wordclouds"):
+    with caplog.at_level(logging.DEBUG, logger="vqlc_core.views.wordclouds"):
         assert concept_cloud(tmp_path, "vqlc", 2, sentences) is None
     assert "Couldn't find space to draw" in caplog.text
     assert not list(tmp_path.rglob("*.png"))

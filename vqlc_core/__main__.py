@@ -1,3 +1,3 @@
-from .cli import main
+from vqlc_core.build.cli import main
 
 raise SystemExit(main())

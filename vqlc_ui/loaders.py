@@ -12,7 +12,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from vqlc_core.run import Run, cache_dir_default, default_run, is_built, list_runs
+from vqlc_core.build.run import Run, cache_dir_default, default_run, is_built, list_runs
 
 
 def cache_dir() -> Path:
@@ -59,14 +59,14 @@ def method_model(run_dir: str, _stamp: int, method: str):
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def top_activations(run_dir: str, _stamp: int, method: str):
-    from vqlc_core.features import read_top
+    from vqlc_core.evaluate.features import read_top
 
     return read_top(run_dir, method)
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
 def feature_contexts(run_dir: str, _stamp: int, method: str, k: int) -> list[dict]:
-    from vqlc_core.features import feature_contexts as contexts
+    from vqlc_core.evaluate.features import feature_contexts as contexts
 
     top = top_activations(run_dir, _stamp, method)
     run = load_run(run_dir, _stamp)
@@ -87,7 +87,7 @@ def texts(run_dir: str, _stamp: int):
 def prediction_members(run_dir: str, _stamp: int, method: str, k: int, n: int = 5) -> dict:
     """Concept k's train prediction rows nearest its concept vector and its share of word rows
     (`browse.nearest_prediction_members`), found once per run, method and concept."""
-    from vqlc_core.browse import nearest_prediction_members
+    from vqlc_core.views.browse import nearest_prediction_members
 
     store = load_run(run_dir, _stamp).store
     return nearest_prediction_members(texts(run_dir, _stamp), store.tokens, store, concepts(run_dir, _stamp, method),
@@ -109,7 +109,7 @@ def evaluation(run_dir: str, _stamp: int):
 def service(run_dir: str, _stamp: int):
     """The run's explainer behind the server's one queue: the requests of every session are
     served first come, first served, those that arrive together in one batch."""
-    from vqlc_core.serving import ExplainService
+    from vqlc_core.explain.serving import ExplainService
 
     return ExplainService(explainer(run_dir, _stamp))
 
@@ -129,7 +129,7 @@ def session_alive() -> bool:
 
 @st.cache_data(show_spinner=False, max_entries=256)
 def _explain(run_dir: str, _stamp: int, text: str) -> dict:
-    from vqlc_core.browse import precomputed_explanation
+    from vqlc_core.views.browse import precomputed_explanation
 
     # The example the pages open with was explained by the build: a first visit needs no model.
     return precomputed_explanation(run_dir, text) or service(run_dir, _stamp).explain(text, alive=session_alive)
@@ -138,7 +138,7 @@ def _explain(run_dir: str, _stamp: int, text: str) -> dict:
 def explain(run_dir: str, _stamp: int, text: str) -> dict:
     """The explanation of `text`, its concepts named by their current labels (a label written
     or edited after it was computed shows at once)."""
-    from vqlc_core.browse import relabel
+    from vqlc_core.views.browse import relabel
 
     ex = _explain(run_dir, _stamp, text)
     return relabel(ex, {m: concepts(run_dir, _stamp, m).label for m in ex["methods"]})
@@ -166,7 +166,7 @@ def thumbnail(path: str, _mtime_ns: int, width: int) -> bytes:
 
 def cloud(run: Run, method: str, k: int) -> Path | None:
     """Path of concept k's word cloud (drawn once, then read from the run's ui/ folder)."""
-    from vqlc_core.wordclouds import concept_cloud
+    from vqlc_core.views.wordclouds import concept_cloud
 
     cs = concepts(str(run.dir), stamp(run), method)
     return concept_cloud(run.dir, method, k, cs.summary.at[k, "top_words"])

@@ -11,11 +11,13 @@ import re
 import plotly.express as px
 import streamlit as st
 
-from vqlc_core import browse
-from vqlc_core.run import Run
+from vqlc_core.views import browse
+from vqlc_core.build.run import Run
 
 from . import share
-from vqlc_core.features import activation_html
+from vqlc_core.evaluate.features import activation_html
+from vqlc_core.data.corpus import member_contexts
+from vqlc_core.methods.concepts import prediction_examples
 
 from .loaders import (ablate, cloud, concepts, feature_contexts, prediction_members, stamp, texts, thumbnail, tokens,
                       top_activations)
@@ -70,9 +72,9 @@ def concept_view(run: Run, method: str, k: int) -> None:
         if top_activations(rd, sp, method) is not None:
             feature_activations(run, method, k)
             return
-        ctx = browse.member_contexts(texts(rd, sp), tokens(rd, sp), cs.assignments, k, n=12, seed=run.cfg.seed)
+        ctx = member_contexts(texts(rd, sp), tokens(rd, sp), cs.assignments, k, n=12, seed=run.cfg.seed)
         lines = [f"- {browse.highlight_html(r.text, r.start, r.end)}" for r in ctx.itertuples() if r.start >= 0]
-        lines += [f"- {html.escape(t)} *(prediction)*" for t in browse.prediction_examples(texts(rd, sp), row)]
+        lines += [f"- {html.escape(t)} *(prediction)*" for t in prediction_examples(texts(rd, sp), row)]
         st.markdown("**Contexts**\n\n" + "\n".join(lines), unsafe_allow_html=True)
 
 
@@ -80,7 +82,8 @@ def label_editor(run: Run, method: str, k: int) -> None:
     """Concept k's label (where it comes from, its description and detection score) and a form
     to write or edit it; a saved label is stored with the run, marked as edited, and shown
     wherever the concept appears, in every session."""
-    from vqlc_core.labels import MAX_NAME_CHARS, STATUSES, label_facts, set_label
+    from vqlc_core.llm.label_prompts import STATUSES
+    from vqlc_core.llm.labels import MAX_NAME_CHARS, label_facts, set_label
 
     cs = concepts(str(run.dir), stamp(run), method)
     entry = (cs.labels.get(k) if cs.labels is not None else None) or {}

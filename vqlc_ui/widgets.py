@@ -12,12 +12,13 @@ from pathlib import Path
 
 import streamlit as st
 
-from vqlc_core import browse
-from vqlc_core.browse import EXAMPLE  # the pages open on it; the build explains it ahead
-from vqlc_core.inputs import clean_input
-from vqlc_core.pins import add_pin, load_pins
-from vqlc_core.run import Run, default_run, list_runs
-from vqlc_core.runio import CorruptStage, RunError
+from vqlc_core.views import browse
+from vqlc_core.views.browse import EXAMPLE  # the pages open on it; the build explains it ahead
+from vqlc_core.data.inputs import clean_input
+from vqlc_core.views.pins import add_pin, load_pins
+from vqlc_core.build.run import Run, default_run, list_runs
+from vqlc_core.base.runio import CorruptStage, RunError
+from vqlc_core.build.run import unfinished_message
 
 from . import loaders, share
 
@@ -42,7 +43,7 @@ def rebuild_button(run_dir: Path, stage: str) -> None:
     """Offer to build `stage` of the run and every stage after it again, with a progress bar."""
     if not st.button(f"Rebuild '{stage}'", key=f"rebuild_{stage}", type="primary", icon=":material/build:"):
         return
-    from vqlc_core.pipeline import build
+    from vqlc_core.build.pipeline import build
 
     run_dir = Path(run_dir)
     bar = st.progress(0.0, text="starting")
@@ -157,7 +158,7 @@ def sidebar(need: tuple[str, ...] = (), choose_method: bool = True):
     missing = [s for s in need if not run.manifest.is_complete(s)]
     built = run.methods_built()
     if missing or (choose_method and not built):
-        st.warning(browse.unfinished_message(run, missing[0] if missing else "a concept method"))
+        st.warning(unfinished_message(run, missing[0] if missing else "a concept method"))
         st.stop()
     method = _select("Concept method", "method", built) if choose_method else None
     share.settle(run, method)
@@ -167,7 +168,7 @@ def sidebar(need: tuple[str, ...] = (), choose_method: bool = True):
 
 def pin_button(run: Run, method: str, text: str, key: str) -> None:
     """A button that pins this input and its concepts, with the run's provenance, for the Case
-    study page; pins are saved with the run (`vqlc_core.pins`), so they outlive the session. An
+    study page; pins are saved with the run (`vqlc_core.views.pins`), so they outlive the session. An
     input already pinned from this run and method is not pinned again."""
     if st.button("Pin for the case study", key=key, icon=":material/push_pin:"):
         with guard():

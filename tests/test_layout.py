@@ -1,0 +1,128 @@
+"""The package's layout is its architecture: subpackages in layers, imports pointing down only,
+no cycles, no private names across modules, and no module over 350 lines. Checked by reading
+every module's imports (function-level ones included) from its source."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+PKG = ROOT / "vqlc_core"
+# Lowest first: a module may import its own subpackage and the ones before it, never one after.
+LAYERS = ("base", "data", "methods", "explain", "evaluate", "llm", "views", "build")
+MAX_LINES = 350
+# Function-level imports of vqlc_core modules are kept for one reason: the command line loads a
+# command's code when that command runs, so `vqlc --help` stays fast.
+LAZY_ALLOWED = {"vqlc_core.build.cli"}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for p in sorted(PKG.rglob("*.py")):
+        parts = p.relative_to(ROOT).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    return out
+
+
+def _imports(name: str, path: Path) -> list[tuple[str, list[str], bool]]:
+    """(imported vqlc_core module, names taken from it, at module level?) for every import."""
+    tree = ast.parse(path.read_text())
+    top = set(map(id, tree.body))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    mods = _modules()
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if not target.startswith("vqlc_core"):
+                continue
+            for a in node.names:  # `from pkg import module` imports the module
+                sub = f"{target}.{a.name}"
+                out.append((sub, [], id(node) in top) if sub in mods else (target, [a.name], id(node) in top))
+        elif isinstance(node, ast.Import):
+            out += [(a.name, [], id(node) in top) for a in node.names if a.name.startswith("vqlc_core")]
+    return out
+
+
+def _layer(module: str) -> int:
+    parts = module.split(".")
+    if len(parts) < 2 or parts[1] not in LAYERS:
+        return len(LAYERS)  # vqlc_core itself (the public API) and __main__ sit on top
+    return LAYERS.index(parts[1])
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = _modules()
+    return {m: {t for t, _, _ in _imports(m, p) if t in mods and t != m} for m, p in mods.items()}
+
+
+def test_every_module_sits_in_a_layer_subpackage():
+    loose = [m for m in _modules() if m.count(".") == 1 and m.split(".")[1] not in LAYERS + ("__main__",)]
+    assert loose == [], f"modules outside the layer subpackages: {loose}"
+
+
+def test_imports_point_down_the_layers_only():
+    upward = [f"{m} -> {t}" for m, ts in _graph().items() for t in ts if _layer(t) > _layer(m)]
+    assert upward == [], "upward imports:\n" + "\n".join(upward)
+
+
+def test_the_import_graph_has_no_cycle():
+    graph, state, cycles = _graph(), {}, []
+
+    def visit(m, stack):
+        state[m] = "open"
+        for t in sorted(graph[m]):
+            if state.get(t) == "open":
+                cycles.append(" -> ".join(stack[stack.index(t):] + [t]))
+            elif t not in state:
+                visit(t, stack + [t])
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    assert cycles == [], "import cycles:\n" + "\n".join(cycles)
+
+
+def test_no_private_name_is_imported_from_another_module():
+    private = [f"{m}: {t}.{n}" for m, p in _modules().items() for t, names, _ in _imports(m, p)
+               for n in names if n.startswith("_") and not n.startswith("__")]
+    assert private == [], "private names crossing modules:\n" + "\n".join(private)
+
+
+def test_package_imports_sit_at_module_level():
+    lazy = sorted({f"{m} -> {t}" for m, p in _modules().items() if m not in LAZY_ALLOWED
+                   for t, _, top in _imports(m, p) if not top})
+    assert lazy == [], "vqlc_core imports inside functions:\n" + "\n".join(lazy)
+
+
+@pytest.mark.parametrize("path", sorted(PKG.rglob("*.py")), ids=lambda p: str(p.relative_to(PKG)))
+def test_module_is_at_most_350_lines(path):
+    n = len(path.read_text().splitlines())
+    assert n <= MAX_LINES, f"{path.relative_to(ROOT)} has {n} lines (at most {MAX_LINES})"
+
+
+def test_the_checks_catch_an_upward_import_and_a_cycle(tmp_path, monkeypatch):
+    """The walker itself: a fake package with an upward edge and a cycle is caught."""
+    pkg = tmp_path / "vqlc_core"
+    for sub in ("base", "build"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "base" / "a.py").write_text("from vqlc_core.build import b\n")
+    (pkg / "build" / "b.py").write_text("from vqlc_core.base.a import x\n")
+    monkeypatch.setattr(__import__(__name__, fromlist=["x"]), "PKG", pkg)
+    monkeypatch.setattr(__import__(__name__, fromlist=["x"]), "ROOT", tmp_path)
+    with pytest.raises(AssertionError, match="vqlc_core.base.a -> vqlc_core.build.b"):
+        test_imports_point_down_the_layers_only()
+    with pytest.raises(AssertionError, match="import cycles"):
+        test_the_import_graph_has_no_cycle()

@@ -1,0 +1,317 @@
+"""Command line: `vqlc {extract,train,build,report,export-html,sae-compare,judge,label,runs}` (also
+`python -m vqlc_core ...`, and under `torchrun ... -m vqlc_core extract|train`; see the README,
+"Running on several machines").
+
+The options are generated from the config dataclasses (`config.py`), so their defaults and help
+live in one place. Every mistake a user can make ends in one sentence on stderr and exit
+status 2, never a traceback (the cause goes to the log with --verbose); an interrupted command
+resumes when it is run again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from dataclasses import MISSING, fields
+from pathlib import Path
+
+from vqlc_core.build.config import PRESETS, SECTIONS, BuildConfig, preset, section_fields
+from vqlc_core.build.stages import stage_names, stage_reads
+from vqlc_core.base.options import field_default, field_flag
+from vqlc_core.base.runio import RunError
+
+log = logging.getLogger("vqlc_core")
+
+# command -> (help, the stages it runs: None = all, "through X" = the stages X needs, in order)
+COMMANDS = {
+    "extract": ("load the data, fine-tune the model and write the activation store (stages texts, finetune, "
+                "extract)", "extract"),
+    "train": ("extract if needed, then train VQLC on the fit set", "vqlc"),
+    "build": ("the whole run: extract, classifier, every method, evaluation, maps", None),
+}
+
+
+def command_stages(command: str) -> list[str] | None:
+    """The stages `command` runs: all of them for build; for the others, the stages up to its
+    last one that it needs (every stage before it whose output a later stage of it reads)."""
+    last = COMMANDS[command][1]
+    if last is None:
+        return None
+    names = stage_names(("vqlc",))
+    names = names[: names.index(last) + 1]
+    return [n for n in names if n != "classifier"]  # the classifier head is for explaining, not for the store
+
+
+def command_sections(command: str) -> tuple[str, ...]:
+    """The config sections whose settings the stages of `command` read, in stage order."""
+    stages = command_stages(command)
+    if stages is None:
+        return tuple(SECTIONS)
+    reads = {k for n in stages for k in stage_reads(n)}
+    return tuple(s for s, cls in SECTIONS.items() if reads & {name for name, _ in section_fields(cls)})
+
+
+TITLES = {"data": "data", "finetune": "fine-tuning (before extraction)", "extract": "extraction (the explainer uses the same settings)", "fitset": "fit set",
+          "methods": "concept methods", "eval": "evaluation"}
+
+
+def _type(annotation: str):
+    if "int" in annotation:
+        return int
+    if "float" in annotation:
+        return float
+    if "Path" in annotation:
+        return Path
+    return str
+
+
+def _add_field(group, f, dest: str) -> None:
+    meta = f.metadata
+    default = f.default if f.default is not MISSING else f.default_factory()
+    kw = {"dest": dest, "default": argparse.SUPPRESS, "help": meta["help"]}
+    if "tuple" in str(f.type):
+        kw["nargs"], kw["type"] = "+", _type(str(f.type))
+        shown = " ".join(default) if isinstance(default, tuple) else default
+    else:
+        kw["type"] = _type(str(f.type))
+        shown = default
+    if meta.get("choices"):
+        kw["choices"] = list(meta["choices"])
+    if shown is not None and "(default" not in meta["help"]:
+        kw["help"] += f" (default: {shown})"
+    flags = [field_flag(f, dest)]
+    kw["metavar"] = None if "choices" in kw else flags[0].lstrip("-").upper().replace("-", "_")
+    if f.name == "run":
+        flags.append("--run-name")
+    group.add_argument(*flags, **kw)
+
+
+def _add_config(p: argparse.ArgumentParser, sections: tuple[str, ...]) -> None:
+    g = p.add_argument_group("what to build")
+    g.add_argument("--preset", default=None, choices=sorted(PRESETS),
+                   help="starting configuration: default = MiniLM on MR sentence polarity; decoder = SmolLM2-135M "
+                        "on MR; decoder-bbc = SmolLM2-135M on BBC News (default: default; with --rebuild on a run "
+                        "that exists, the run's own settings); the options below override it")
+    for f in fields(BuildConfig):
+        if f.name not in SECTIONS:
+            _add_field(g, f, f.name)
+    for s in sections:
+        g = p.add_argument_group(TITLES[s])
+        for name, f in section_fields(SECTIONS[s]):
+            if f.metadata.get("cli", True):
+                _add_field(g, f, name)
+    p.add_argument("-v", "--verbose", action="store_true", help="log diagnostics, and the cause of an error")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="vqlc", description=(
+        "vqlc: discover latent concepts in a language model with VQLC, K-Means and LACOAT. Everything is "
+        "written under <cache>/runs/<run>/; rerunning a command resumes where it stopped."))
+    sub = ap.add_subparsers(dest="command", required=True)
+    for name, (help_, _) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_, description=help_ + ". Defaults shown are the default preset's; "
+                           "another --preset may set some of them otherwise.")
+        _add_config(p, command_sections(name))
+        if name == "build":
+            p.add_argument("--force", action="store_true", help="delete this run's folder and build it from scratch")
+            p.add_argument("--rebuild", metavar="STAGE", choices=stage_names(),
+                           help="build this stage and every stage after it again, e.g. after a corrupt file was "
+                                "found or to change its settings; one of " + ", ".join(stage_names()))
+    p = _run_command(sub, "report", "print a finished run's result tables as markdown (for a README or a paper)")
+    p.add_argument("--compare", nargs="+", metavar="RUN", default=None,
+                   help="instead of the run's tables, one table of --run beside these runs (e.g. a frozen and a "
+                        "fine-tuned model): accuracy, prediction concepts, faithfulness against the controls, stage times")
+    p = _run_command(sub, "export-html", "write one self-contained HTML file of a method's concepts (grid, word "
+                     "clouds, top words, contexts, class distribution) and the run's faithfulness table; it opens "
+                     "in a browser with no server or network")
+    p.add_argument("--method", default=None, help="the concept method to export (default: the run's first finished "
+                   "method, e.g. vqlc)")
+    p.add_argument("--concepts", nargs="+", type=int, metavar="K", default=None,
+                   help="export only these concept ids, in this order (default: every concept with members)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="the HTML file to write, or a folder to write <run>-<method>-concepts.html in (default: .)")
+    _run_command(sub, "sae-compare", "compare a run's SAE features with its concepts (L0, dead features, share of "
+                 "test sentences each fires on, dev R², a bag-of-features probe); writes eval/sae_compare.json and "
+                 "prints the table as markdown")
+    _add_llm_commands(sub)
+    p = sub.add_parser("runs", help="list the runs and the state of their stages")
+    p.add_argument("--cache-dir", type=Path, default=None, help="where runs live (default: $VQLC_CACHE_DIR or cache)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log diagnostics")
+    return ap
+
+
+def config_from_args(args: argparse.Namespace) -> BuildConfig:
+    """The preset with the options given on the command line; cache_dir from $VQLC_CACHE_DIR
+    when not given."""
+    from vqlc_core.build.run import Run, cache_dir_default
+
+    skip = {"command", "preset", "force", "rebuild", "verbose"}
+    overrides = {k: v for k, v in vars(args).items() if k not in skip}
+    if overrides.get("cache_dir") is None:
+        overrides["cache_dir"] = cache_dir_default()
+    cfg = preset(args.preset or "default", **overrides)
+    if args.preset is None and getattr(args, "rebuild", None) and (cfg.run_dir / "manifest.json").exists():
+        # rebuilding a stage of a run: its own settings, but for the options given now
+        own = Run(cfg.run_dir).rebuild_config()
+        return own.replace(**{k: v for k, v in overrides.items() if v is not None and k not in ("run", "cache_dir")})
+    return cfg
+
+
+def _run_dir(args: argparse.Namespace, name: str | None = None) -> Path:
+    """The folder of run `name` (default: --run) in --cache-dir (default: $VQLC_CACHE_DIR or cache)."""
+    from vqlc_core.build.run import cache_dir_default
+    from vqlc_core.base.runio import check_run_name
+
+    return (args.cache_dir or cache_dir_default()) / "runs" / check_run_name(name or args.run)
+
+
+def _run_command(sub, name: str, help: str) -> argparse.ArgumentParser:
+    """A command that reads one finished run: --run, --cache-dir and -v."""
+    p = sub.add_parser(name, help=help)
+    p.add_argument("--run", "--run-name", dest="run", required=True, help="the run's name, its folder under <cache>/runs/")
+    p.add_argument("--cache-dir", type=Path, default=None, help="where runs live (default: $VQLC_CACHE_DIR or cache)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log diagnostics")
+    return p
+
+
+METAVARS = {"judge": "SPEC", "methods": "M", "concepts": "K", "max_concepts": "N"}  # judge's and label's
+
+
+def _add_settings(p: argparse.ArgumentParser, settings) -> None:
+    """The options of a command whose settings are one dataclass (`judge`, `label`), generated
+    from its fields: a list is a repeatable option, a tuple takes one or more values, and the
+    fields named in its EXCLUSIVE exclude each other."""
+    exclusive = getattr(settings, "EXCLUSIVE", ())
+    group = p.add_mutually_exclusive_group() if exclusive else None
+    for f in fields(settings):
+        meta, annotation, default = f.metadata, str(f.type), field_default(settings, f.name)
+        kw = {"dest": f.name, "default": default, "help": meta["help"]}
+        if annotation.startswith("list"):
+            kw["action"] = "append"
+        else:
+            kw["type"] = _type(annotation)
+            if annotation.startswith("tuple"):
+                kw["nargs"] = "+"
+        if meta.get("choices"):
+            kw["choices"] = list(meta["choices"])
+        if default is not None and "(default" not in kw["help"]:
+            kw["help"] += f" (default: {default})"
+        flag = field_flag(f)
+        kw["metavar"] = METAVARS.get(f.name) or (None if "choices" in kw else flag.lstrip("-").upper().replace("-", "_"))
+        (group if f.name in exclusive else p).add_argument(flag, **kw)
+
+
+def _add_llm_commands(sub) -> None:
+    """`judge` and `label`: LLM judges of the methods' concepts and LLM-written concept labels;
+    their options come from `JudgeConfig` and `LabelConfig`."""
+    from vqlc_core.llm.judge import JudgeConfig
+    from vqlc_core.llm.labelling import LabelConfig
+
+    p = _run_command(sub, "judge", "rate each method's concepts with one or more LLM judges on stratified dev "
+                     "sentences (1 Poor .. 3 Good); writes llm/judge.json and llm/judge_ratings.parquet, prints "
+                     "the table with each judge's parse rate and the agreement between judges")
+    _add_settings(p, JudgeConfig)
+    p = _run_command(sub, "label", "name a method's concepts with an LLM (status, a name of at most four words, "
+                     "a description; kept when 2 of 3 samples agree) and score each name by detection on held-out "
+                     "contexts; writes llm/labels_<method>.json (labels edited by hand are kept)")
+    _add_settings(p, LabelConfig)
+
+
+def _list_runs(cache_dir: Path | None) -> int:
+    from vqlc_core.build.run import cache_dir_default, list_runs
+    from vqlc_core.base.runio import read_json
+
+    runs = list_runs(cache_dir)
+    if not runs:
+        print(f"No runs under {(cache_dir or cache_dir_default()) / 'runs'}; build one with `vqlc build`.")
+    for r in runs:
+        m = read_json(r / "manifest.json")
+        done = [s for s, v in m.get("stages", {}).items() if v.get("state") == "complete"]
+        cfg = m.get("config", {})
+        print(f"{r.name}: model={cfg.get('extract', {}).get('model')} dataset={cfg.get('data', {}).get('dataset')} "
+              f"complete: {', '.join(done) or 'nothing'}")
+    return 0
+
+
+def _export_html(args: argparse.Namespace) -> int:
+    import time
+
+    from vqlc_core.views import export_html
+    from vqlc_core.build.run import Run
+
+    run_dir = _run_dir(args)
+    if not (run_dir / "manifest.json").exists():
+        raise RunError(f"No run '{args.run}' under {run_dir.parent}; `vqlc runs` lists the runs there.")
+    t0 = time.perf_counter()
+    try:
+        out = export_html.write(Run(run_dir), args.method, args.out, args.concepts)
+    except OSError as err:
+        raise RunError(f"Cannot write the HTML file to {args.out}: {err.strerror}; choose another --out.") from err
+    log.info("vqlc: wrote %s (%.1f MB) in %.0f s", out, out.stat().st_size / 1e6, time.perf_counter() - t0)
+    return 0
+
+
+def _configure_logging(verbose: bool) -> None:
+    """vqlc's own messages to stdout (INFO; DEBUG with --verbose); other libraries keep theirs."""
+    if not any(getattr(h, "_vqlc", False) for h in log.handlers):
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler._vqlc = True
+        log.addHandler(handler)
+    log.setLevel(logging.DEBUG if verbose else logging.INFO)
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    args = parser().parse_args(argv)
+    from vqlc_core.base import distributed
+
+    _configure_logging(args.verbose)
+    try:
+        if args.command == "runs":
+            return _list_runs(args.cache_dir)
+        if args.command == "report":
+            from vqlc_core.build.run import Run
+            from vqlc_core.evaluate.tables import compare_table, run_tables
+
+            runs = [Run(_run_dir(args, name)) for name in [args.run, *(args.compare or [])]]
+            print(compare_table(runs) if args.compare else run_tables(runs[0]), end="")
+            return 0
+        if args.command == "export-html":
+            return _export_html(args)
+        if args.command == "sae-compare":
+            from vqlc_core.build.run import Run
+            from vqlc_core.evaluate.sae_compare import command
+
+            print(command(Run(_run_dir(args))), end="")
+            return 0
+        if args.command in ("judge", "label"):
+            from vqlc_core.build.run import Run
+            from vqlc_core.llm import judge, labelling
+
+            run = Run(_run_dir(args))
+            command = judge if args.command == "judge" else labelling
+            settings = judge.JudgeConfig if args.command == "judge" else labelling.LabelConfig
+            print(command.command(run, settings(**{f.name: getattr(args, f.name) for f in fields(settings)})), end="")
+            return 0
+        from vqlc_core.build.pipeline import build
+
+        cfg = config_from_args(args)
+        distributed.init()  # under torchrun: join the process group; one process: nothing
+        if not distributed.is_main():
+            log.setLevel(logging.WARNING)
+        build(cfg, stages=command_stages(args.command), force=getattr(args, "force", False),
+              rebuild=getattr(args, "rebuild", None))
+        log.info("vqlc: run '%s' is in %s", cfg.run, cfg.run_dir)
+        return 0
+    except RunError as e:
+        log.debug("cause:", exc_info=True)
+        print(f"vqlc: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("vqlc: interrupted; run the same command again to resume.", file=sys.stderr)
+        return 130
+    finally:
+        distributed.close()

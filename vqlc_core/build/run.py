@@ -1,0 +1,290 @@
+"""A run directory: its manifest (configuration, versions, the state and files of each stage),
+its paths, and its parts loaded on demand. The dashboard reads runs through this module only;
+building them is `pipeline.build`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from vqlc_core.build.config import BuildConfig, build_command
+from vqlc_core.base.runio import (CorruptStage, RunError, check_run_name, library_versions, read_json, read_npy, read_parquet,
+                    write_json)
+from vqlc_core.base.integrity import problem, record
+from vqlc_core.build.stages import stage_globs, stage_names
+from vqlc_core.data.backbone import Backbone
+from vqlc_core.data.classifier import Classifier
+from vqlc_core.data.finetune import load_finetuned
+from vqlc_core.data.models import resolve_model
+from vqlc_core.data.store import ActivationStore
+from vqlc_core.explain.explainer import Explainer
+from vqlc_core.llm.labels import LabelBook
+from vqlc_core.methods.base import method_class
+from vqlc_core.methods.concepts import ConceptSet
+
+FORMAT_VERSION = 3  # of the manifest and the run layout; 2: one config per stage, one method format;
+# 3: a fine-tuning stage, train-only concepts with their mean, final features in the store
+
+
+def cache_dir_default() -> Path:
+    """Where runs live unless told otherwise: $VQLC_CACHE_DIR, else ./cache."""
+    return Path(os.environ.get("VQLC_CACHE_DIR") or "cache")
+
+
+class Manifest:
+    """The run's manifest.json: configuration, versions and the state of each stage.
+
+    A stage is recorded as complete, with the settings it read and its files' sizes and
+    digests, only after all of its files were renamed into place, so a rerun skips exactly the
+    stages that finished.
+    """
+    def __init__(self, run_dir: str | os.PathLike):
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / "manifest.json"
+        self.data: dict = read_json(self.path) if self.path.exists() else {
+            "format_version": FORMAT_VERSION, "versions": library_versions(), "config": {}, "stages": {}}
+
+    def check_version(self) -> None:
+        got = self.data.get("format_version")
+        if got != FORMAT_VERSION:
+            raise RunError(f"Run '{self.run_dir.name}' was written by another vqlc format: expected format "
+                           f"{FORMAT_VERSION}, got {got}; rebuild it with `vqlc build --run {self.run_dir.name} --force`.")
+
+    def is_complete(self, stage: str) -> bool:
+        return self.data["stages"].get(stage, {}).get("state") == "complete"
+
+    def complete(self, stage: str, **info: Any) -> None:
+        self.data["stages"][stage] = {"state": "complete", **info}
+        self.save()
+
+    def invalidate(self, stage: str) -> None:
+        self.data["stages"].pop(stage, None)
+        self.save()
+
+    def save(self) -> None:
+        write_json(self.path, self.data)
+
+
+class Run:
+    """A run directory: its config, manifest and lazily loaded parts."""
+    def __init__(self, run_dir: str | Path, cfg: BuildConfig | None = None):
+        self.dir = Path(run_dir)
+        check_run_name(self.dir.name)
+        self.manifest = Manifest(self.dir)
+        if cfg is None:
+            if not self.manifest.path.exists():
+                raise RunError(f"No run in {self.dir}; build one with `vqlc build`.")
+            self.manifest.check_version()
+            cfg = BuildConfig.from_json({**self.manifest.data["config"], "run": self.dir.name,
+                                         "cache_dir": str(self.dir.parent.parent)})
+        self.cfg = cfg
+        self._backbone = self._store = self._classifier = self._finetuned_head = None
+
+    # --- parts ----------------------------------------------------------------------------
+    @property
+    def texts(self) -> pd.DataFrame:
+        return read_parquet(self.dir / "texts.parquet")
+
+    @property
+    def class_names(self) -> list[str]:
+        return self.manifest.data["class_names"]
+
+    @property
+    def layer(self) -> int:
+        return int(self.manifest.data["layer"])
+
+    @property
+    def backbone(self):
+        if self._backbone is None:
+            import torch
+
+
+            e = self.cfg.extract
+            src = resolve_model(e.model, cache_dir=self.cfg.cache_dir)
+            bb = Backbone.from_source(src, dtype=torch.float32, max_length=e.max_length, pooling=e.pooling)
+            if self.manifest.is_complete("finetune") and (self.dir / "finetune" / "finetune.json").exists():
+
+                self._finetuned_head = load_finetuned(bb, self.dir / "finetune")  # the model the run explains
+            self._backbone = bb
+        return self._backbone
+
+    @property
+    def finetuned_head(self):
+        """The head trained with the backbone by the `finetune` stage, or None (frozen model)."""
+        self.backbone  # loads the fine-tuned weights and head when there are any
+        return self._finetuned_head
+
+    @property
+    def store(self):
+        if self._store is None:
+
+            self._store = ActivationStore(self.dir / "store")
+        return self._store
+
+    @property
+    def classifier(self):
+        if self._classifier is None:
+
+            self._classifier = Classifier.load(self.dir / "classifier", self.backbone)
+        return self._classifier
+
+    @property
+    def classifier_metrics(self) -> dict:
+        """classifier/metrics.json: accuracy per split and the IG baseline's facts."""
+        return read_json(self.dir / "classifier" / "metrics.json")
+
+    def explainer(self, methods: dict | None = None):
+        """An Explainer over the run's classifier and (by default) every built method, with the
+        run's extraction settings, so words are represented as the store represents them."""
+        if methods is None:
+            methods = {m: (self.method(m), self.concept_set(m)) for m in self.methods_built()}
+        e = self.cfg.extract
+        path = self.dir / "classifier" / "ig_baseline.npy"  # the neutral baseline (runs built before it: the mean)
+        base = read_npy(path) if path.exists() else None
+        return Explainer(self.classifier, self.layer, methods, ig_steps=self.cfg.eval.ig_steps,
+                         autocast_dtype=e.autocast_dtype, aggregation=e.aggregation, ig_baseline=base,
+                         ig_baseline_name="neutral" if base is not None else "given")
+
+    def method_dir(self, method: str, seed: int | None = None) -> Path:
+        """Where a method's model and concepts live: methods/<m>/ for the first of the build's
+        seeds (the one the dashboard shows), methods/<m>/seeds/<seed>/ for the others."""
+        base = self.dir / "methods" / method
+        return base if seed is None or seed == self.cfg.method_seeds[0] else base / "seeds" / str(seed)
+
+    def concept_set(self, method: str, seed: int | None = None):
+        cs = ConceptSet.load(self.method_dir(method, seed), n_rows=self.store.n_rows, dim=self.store.dim)
+        if self.method_dir(method, seed) == self.method_dir(method):  # labels name the shown seed's concepts
+            cs.labels = LabelBook(self.dir, method)
+        return cs
+
+    def method(self, name: str, seed: int | None = None):
+        return method_class(name).load(self.method_dir(name, seed) / "model")
+
+    def concept_map(self, method: str) -> pd.DataFrame:
+        return read_parquet(self.dir / "methods" / method / "map.parquet")
+
+    def faithfulness(self) -> pd.DataFrame:
+        return read_parquet(self.dir / "eval" / "faithfulness.parquet")
+
+    def measures(self) -> dict:
+        return read_json(self.dir / "eval" / "measures.json")
+
+    # --- stages -----------------------------------------------------------------------------
+    def stage_order(self) -> list[str]:
+        return stage_names(self.cfg.methods.methods)
+
+    def methods_built(self) -> list[str]:
+        return [m for m in self.cfg.methods.methods if self.manifest.is_complete(m)]
+
+    def is_built(self) -> bool:
+        """Whether every stage of the run has finished."""
+        return all(self.manifest.is_complete(s) for s in self.stage_order())
+
+    def stage_files(self, stage: str) -> list[Path]:
+        """The files `stage` wrote (relative paths, sorted); temporary files and a method's
+        training checkpoint are not part of a finished stage."""
+        out = {p for g in stage_globs(stage) for p in self.dir.glob(g) if p.is_file() and not p.name.endswith(".tmp")}
+        return sorted(p.relative_to(self.dir) for p in out)
+
+    def seal(self, stage: str) -> dict:
+        """Record the sizes and sha256 digests of `stage`'s files (kept in its manifest entry)."""
+        return record(self.dir, self.stage_files(stage))
+
+    def verify(self, deep: bool = True) -> dict[str, str]:
+        """{stage: what is wrong} for every finished stage whose files are missing, truncated or
+        changed since they were written (digests only when `deep`); empty when all is well."""
+        out = {}
+        for stage in self.stage_order():
+            entry = self.manifest.data["stages"].get(stage, {})
+            if entry.get("state") == "complete" and entry.get("files"):
+                why = problem(self.dir, entry["files"], deep=deep)
+                if why:
+                    out[stage] = why
+        return out
+
+    def check(self, deep: bool = True) -> None:
+        """Raise CorruptStage, naming the first stage to rebuild, when `verify` finds a problem."""
+        problems = self.verify(deep=deep)
+        if problems:
+            stage, why = next(iter(problems.items()))
+            raise CorruptStage(f"Stage '{stage}' of run '{self.dir.name}' is corrupt ({why}); "
+                               f"rerun with --rebuild {stage}.", self.dir, stage)
+
+    def stages_from(self, stage: str) -> list[str]:
+        """`stage` and every stage after it, in build order."""
+        order = self.stage_order()
+        if stage not in order:
+            raise RunError(f"Unknown stage '{stage}'; choose one of {', '.join(order)}.")
+        return order[order.index(stage):]
+
+    def invalidate_from(self, stage: str) -> list[str]:
+        """Mark `stage` and every stage after it as not built; return them."""
+        later = self.stages_from(stage)
+        for s in later:
+            self.manifest.data["stages"].pop(s, None)
+        self.manifest.save()
+        if "extract" in later:  # a finished store is reused as it is; start it afresh
+            shutil.rmtree(self.dir / "store", ignore_errors=True)
+        return later
+
+    def rebuild_config(self) -> BuildConfig:
+        """The configuration to rebuild this run with: its own, in its own cache folder."""
+        return self.cfg.replace(run=self.dir.name, cache_dir=self.dir.parent.parent)
+
+
+def list_runs(cache_dir: str | Path | None = None) -> list[Path]:
+    """Run directories (those with a manifest) under `cache_dir`/runs, sorted by name."""
+    root = Path(cache_dir if cache_dir is not None else cache_dir_default()) / "runs"
+    return sorted(p for p in root.iterdir() if (p / "manifest.json").exists()) if root.exists() else []
+
+
+def is_built(run_dir: str | Path) -> bool:
+    """Whether the run in `run_dir` finished every stage (a cheap look at its manifest only)."""
+    m = read_json(Path(run_dir) / "manifest.json")
+    if m.get("format_version") != FORMAT_VERSION:  # another layout: its config is not ours to read
+        return False
+    methods = m.get("config", {}).get("methods", {}).get("methods", [])
+    stages = m.get("stages", {})
+    return bool(methods) and all(stages.get(s, {}).get("state") == "complete" for s in stage_names(methods))
+
+
+def default_run(cache_dir: str | Path | None = None) -> str | None:
+    """The run the dashboard opens first: the first fully built run, else the first run."""
+    runs = list_runs(cache_dir)
+    return next((p.name for p in runs if is_built(p)), runs[0].name if runs else None)
+
+
+def runs_overview(cache_dir: str | Path | None = None):
+    """One row per run (from manifests only, cheap): model, dataset, fine-tuning, test accuracy,
+    the words aligned per reference word of the text, and how many stages are finished."""
+    rows = []
+    for p in list_runs(cache_dir):
+        m = read_json(p / "manifest.json")
+        cfg, stages = m.get("config", {}), m.get("stages", {})
+        methods = cfg.get("methods", {}).get("methods", []) if isinstance(cfg.get("methods"), dict) else []
+        order = stage_names(methods) if methods else []
+        acc = stages.get("classifier", {}).get("accuracy", {})
+        rows.append({"run": p.name, "model": cfg.get("extract", {}).get("model"),
+                     "dataset": cfg.get("data", {}).get("dataset"),
+                     "fine-tuning": stages.get("finetune", {}).get("mode", "–"),
+                     "test accuracy": acc.get("test"),
+                     "word alignment": (m.get("alignment") or {}).get("ratio"),
+                     "stages done": f"{sum(stages.get(s, {}).get('state') == 'complete' for s in order)} / {len(order)}"})
+    return pd.DataFrame(rows, columns=["run", "model", "dataset", "fine-tuning", "test accuracy", "word alignment",
+                                       "stages done"])
+
+
+def unfinished_message(run: Run, stage: str) -> str:
+    """What the dashboard says of a run that lacks a finished `stage`: the command that finishes
+    it with the run's own settings (a run with no finished stage yet may take other ones)."""
+    cmd = build_command(run.rebuild_config())
+    if not any(v.get("state") == "complete" for v in run.manifest.data["stages"].values()):
+        return (f"Run '{run.dir.name}' has no finished stage yet: its first build stopped early. Build it with "
+                f"`{cmd}`, changing what made it stop, or choose another run.")
+    return (f"Run '{run.dir.name}' has no finished '{stage}' stage yet; finish it with `{cmd}` or choose "
+            "another run.")

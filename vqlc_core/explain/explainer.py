@@ -1,0 +1,289 @@
+"""Prediction attribution (LACOAT's idea) for one input: the prediction and its confidence, the
+concept of every word and of the prediction representation at layer l, the salient words by
+Integrated Gradients at layer l (`attribution`), and live ablation of chosen concepts.
+
+One forward gives the layer-l states and the logits, cached per text; Integrated Gradients is one
+batched pass from those states, and an ablation one more forward that starts at layer l.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+
+from vqlc_core.data.backbone import AGGREGATIONS, aggregate_words, autocast, capture
+from vqlc_core.data.inputs import check_input
+from vqlc_core.explain.ablation import from_layer, orthonormal_basis, project_out
+from vqlc_core.explain.attribution import (IG_STEPS, Attribution, eligible_words, layer_attributions, pooled_positions,
+                                           salient_indices, word_scores)
+
+TOP_CONCEPTS = 5
+
+
+def concept_proba(method, X: np.ndarray) -> np.ndarray:
+    """(N, K) concept probabilities of raw layer-l vectors X (N, d) under a concept method."""
+    return np.asarray(method.predict_proba(np.asarray(X, dtype=np.float32)), dtype=np.float32)
+
+
+# --- the explanation -------------------------------------------------------------------------
+
+@dataclass
+class Explanation:
+    """Everything the Explain page shows for one input; `to_dict()` is plain JSON."""
+
+    text: str
+    layer: int
+    prediction: str  # class name
+    predicted_index: int
+    confidence: float
+    probabilities: dict[str, float]
+    words: list[dict]  # {"word", "start", "end"} (character spans in `text`)
+    attributions: list[float]  # per word, normalised to sum 1
+    salient: list[dict]  # {"index", "word", "attribution", "concepts": {method: {"concept", "label"}}}
+    methods: dict[str, dict]  # method -> {"word_concepts": [...], "prediction_concepts": [{"concept", "probability", "label"}]}
+    truncated: bool = False
+    info: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class _Pass:
+    """One forward of one text: its batch, words, layer-l states (1, T, d) and probabilities."""
+
+    enc: dict
+    words: list
+    states: torch.Tensor
+    proba: np.ndarray
+    truncated: bool
+
+
+class Explainer:
+    """Explains a classifier's predictions through the concepts of several methods.
+
+    methods: name -> (fitted concept method, its ConceptSet), all fitted at `layer`.
+    aggregation: how a word's sub-word states become its vector; must be the store's, so that
+        words are assigned concepts on vectors like those the concepts were fitted on.
+    ig_baseline: the layer-l state (d,) Integrated Gradients starts from at every word token
+        (a run's neutral baseline, `baseline.neutral_baseline`, named by `ig_baseline_name`);
+        None takes the train rows' mean state from the concept sets (zero when none holds one)."""
+
+    def __init__(self, classifier, layer: int, methods: dict, ig_steps: int = IG_STEPS, cache_size: int = 16,
+                 autocast_dtype=None, aggregation: str = "last", ig_baseline=None, ig_baseline_name: str = "given"):
+        if ig_steps < 1:
+            raise ValueError(f"ig_steps must be at least 1, got {ig_steps}.")
+        if aggregation not in AGGREGATIONS:
+            raise ValueError(f"Unknown aggregation '{aggregation}'; choose one of {', '.join(AGGREGATIONS)}.")
+        self.aggregation = aggregation  # sub-word -> word, as the store was extracted
+        self.classifier, self.backbone = classifier, classifier.backbone
+        self.layer = self.backbone.check_layer(layer)
+        self.methods = dict(methods)
+        self.ig_steps, self.cache_size = ig_steps, cache_size
+        self._cache: OrderedDict[str, _Pass] = OrderedDict()
+        self.autocast_dtype = autocast_dtype  # e.g. torch.bfloat16: faster forwards on CPUs with BF16
+        if ig_baseline is None:
+            means = (getattr(cs, "mean", None) for _, cs in self.methods.values())
+            ig_baseline = next((m for m in means if m is not None), None)
+            ig_baseline_name = "zero" if ig_baseline is None else "train mean"
+        self.ig_baseline_name = ig_baseline_name
+        self.ig_baseline = None if ig_baseline is None else torch.as_tensor(np.asarray(ig_baseline, dtype=np.float32))
+
+    # --- forward passes ---------------------------------------------------------------------
+    @torch.no_grad()  # not inference_mode: the states feed Integrated Gradients afterwards
+    def forward(self, enc) -> tuple[torch.Tensor, np.ndarray]:
+        """Layer-l states (B, T, d) and class probabilities (B, C) from one forward."""
+        with capture(self.backbone, self.layer) as got, autocast(self.autocast_dtype):
+            logits = self.classifier.logits(enc)
+        return got["h"].float(), torch.softmax(logits.float(), -1).numpy()
+
+    @torch.inference_mode()
+    def proba_from_states(self, enc, states: torch.Tensor) -> np.ndarray:
+        """Class probabilities (B, C) of the model run on from the given layer-l states."""
+        with from_layer(self.backbone, self.layer, states), autocast(self.autocast_dtype):
+            return torch.softmax(self.classifier.logits(enc).float(), -1).numpy()
+
+    def baseline_states(self, enc, states: torch.Tensor) -> torch.Tensor | None:
+        """(B, T, d) where Integrated Gradients starts: `ig_baseline` at every word token, the
+        token's own state at special tokens (BOS, CLS, SEP) and padding, which are no words and
+        so get no attribution; None (all zeros) without an `ig_baseline`."""
+        if self.ig_baseline is None:
+            return None
+        special = torch.as_tensor(np.isin(enc["input_ids"].numpy(), list(self.backbone.tokenizer.all_special_ids)))
+        keep = special | (enc["attention_mask"] == 0)
+        return torch.where(keep[..., None], states, self.ig_baseline.to(states.dtype))
+
+    def attributions(self, enc, states: torch.Tensor, targets, how: str = "ig") -> Attribution:
+        """Token attributions (B, T) at layer l toward `targets` from `baseline_states` (see
+        `layer_attributions`)."""
+        base = self.baseline_states(enc, states)
+        with autocast(self.autocast_dtype):
+            return layer_attributions(self.classifier, enc, self.layer, states, targets, self.ig_steps, how,
+                                      baseline=base)
+
+    def salient(self, enc, states: torch.Tensor, targets, words: list, how: str = "ig"):
+        """Per text of a batch: its word scores (see `word_scores`) and its salient words (the
+        smallest set holding half the attribution, `salient_indices`), with the Attribution.
+        Punctuation, special tokens and the pooled position never count (`eligible_words`)."""
+        attr = self.attributions(enc, states, targets, how)
+        pos = pooled_positions(self.backbone.pooling, enc["attention_mask"])
+        special = set(self.backbone.tokenizer.all_special_ids)
+        scores = [word_scores(attr.tokens[b], w, eligible_words(w, enc["input_ids"][b], special, int(pos[b])))
+                  for b, w in enumerate(words)]
+        return scores, [salient_indices(sc) for sc in scores], attr
+
+    def word_vectors(self, states: torch.Tensor, words) -> np.ndarray:
+        """One vector per word (W, d) from one text's layer-l states (T, d), aggregated as the store's."""
+        return aggregate_words(states, words, self.aggregation).numpy()
+
+    def is_truncated(self, text: str) -> bool:
+        n = len(self.backbone.tokenizer(text, truncation=False)["input_ids"]) + int(self.backbone.add_bos)
+        return n > self.backbone.max_length
+
+    def _pass(self, text: str) -> _Pass:
+        return self._passes([text])[0]
+
+    def _passes(self, texts: list[str]) -> list[_Pass]:
+        """One pass per text: cached ones reused, the others from one padded forward, each cut
+        to its own tokens (the batch is right-padded), so a text's pass is the same whether it
+        came alone or with others (up to float rounding)."""
+        texts = [check_input(t, self.backbone) for t in texts]  # one sentence for what cannot be explained
+        got = {t: self._cache[t] for t in texts if t in self._cache}
+        todo = [t for t in dict.fromkeys(texts) if t not in got]
+        if todo:
+            enc, words = self.backbone.tokenize(todo)
+            states, proba = self.forward({"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]})
+            for i, t in enumerate(todo):
+                n = int(enc["attention_mask"][i].sum())
+                one = {"input_ids": enc["input_ids"][i : i + 1, :n], "attention_mask": enc["attention_mask"][i : i + 1, :n]}
+                got[t] = _Pass(one, words[i], states[i : i + 1, :n], proba[i], self.is_truncated(t))
+        for t in texts:
+            self._cache[t] = got[t]
+            self._cache.move_to_end(t)
+        while len(self._cache) > self.cache_size:
+            self._cache.popitem(last=False)
+        return [got[t] for t in texts]
+
+    def _stack(self, passes: list[_Pass], states: list[torch.Tensor] | None = None):
+        """The passes as one right-padded batch: (enc, states (B, T, d)); `states` replaces
+        the passes' own (e.g. with concepts projected out)."""
+        states = [p.states for p in passes] if states is None else states
+        if len(passes) == 1:
+            return passes[0].enc, states[0]
+        pad = self.backbone.tokenizer.pad_token_id or 0
+        T, d = max(s.shape[1] for s in states), states[0].shape[-1]
+        ids = torch.full((len(passes), T), pad, dtype=passes[0].enc["input_ids"].dtype)
+        mask = torch.zeros((len(passes), T), dtype=passes[0].enc["attention_mask"].dtype)
+        out = torch.zeros((len(passes), T, d), dtype=states[0].dtype)
+        for i, (p, s) in enumerate(zip(passes, states)):
+            n = s.shape[1]
+            ids[i, :n], mask[i, :n], out[i, :n] = p.enc["input_ids"][0], p.enc["attention_mask"][0], s[0]
+        return {"input_ids": ids, "attention_mask": mask}, out
+
+    def _method(self, name: str):
+        if name not in self.methods:
+            raise ValueError(f"Unknown concept method '{name}'; choose one of {', '.join(self.methods) or '(none)'}.")
+        return self.methods[name]
+
+    # --- public -------------------------------------------------------------------------------
+    def explain(self, text: str) -> Explanation:
+        """The prediction, every word's concept, the prediction representation's top concepts
+        and the salient words with their concepts, for each method. Thread-safe: the hooks it
+        places act on the shared model, so passes are serialised by the backbone's lock."""
+        return self.explain_many([text])[0]
+
+    def explain_many(self, texts: list[str]) -> list[Explanation]:
+        """`explain` for several texts at once: one padded forward, one batched Integrated
+        Gradients pass and one concept assignment per method for them all (the server batches
+        the requests of sessions that arrive together, `serving.ExplainService`)."""
+        with self.backbone.lock:
+            return self._explain_many(list(texts))
+
+    def _explain_many(self, texts: list[str]) -> list[Explanation]:
+        ps = self._passes(texts)
+        preds = [int(np.argmax(p.proba)) for p in ps]
+        enc, states = self._stack(ps)
+        pooled = self.backbone.pool(states, enc["attention_mask"]).numpy()  # (B, d)
+
+        scores, salient, completeness = [np.zeros(0)] * len(ps), [[] for _ in ps], [None] * len(ps)
+        worded = [i for i, p in enumerate(ps) if p.words]
+        if worded:
+            sub_enc, sub_states = (enc, states) if len(worded) == len(ps) else self._stack([ps[i] for i in worded])
+            sc, sal, attr = self.salient(sub_enc, sub_states, [preds[i] for i in worded], [ps[i].words for i in worded])
+            for j, i in enumerate(worded):
+                scores[i], salient[i], completeness[i] = sc[j], sal[j], float(attr.completeness_error[j])
+
+        vecs = [self.word_vectors(p.states[0], p.words) for p in ps if p.words]
+        bounds = np.cumsum([0] + [len(p.words) for p in ps])
+        per_method = {}
+        for name, (method, concepts) in self.methods.items():
+            ids = [int(k) for k in method.predict(np.concatenate(vecs))] if vecs else []
+            per_method[name] = (concepts, ids, concept_proba(method, pooled))
+        return [self._explanation(texts[b], ps[b], preds[b], scores[b], salient[b], completeness[b],
+                                  {n: (cs, ids[bounds[b] : bounds[b + 1]], proba[b]) for n, (cs, ids, proba) in
+                                   per_method.items()}) for b in range(len(ps))]
+
+    def _explanation(self, text: str, p: _Pass, pred: int, scores, salient, completeness, per_method) -> Explanation:
+        """One text's Explanation from its pass, attributions and per-method concepts."""
+        names = self.classifier.class_names
+        methods, salient_concepts = {}, {i: {} for i in salient}
+        for name, (concepts, ids, proba) in per_method.items():
+            top = np.argsort(-proba, kind="stable")[:TOP_CONCEPTS]
+            methods[name] = {
+                "word_concepts": ids,
+                "prediction_concepts": [{"concept": int(k), "probability": float(proba[k]), "label": concepts.label(int(k))}
+                                        for k in top],
+            }
+            for i in salient:
+                salient_concepts[i][name] = {"concept": ids[i], "label": concepts.label(ids[i])}
+
+        return Explanation(
+            text=text, layer=self.layer, prediction=names[pred], predicted_index=pred,
+            confidence=float(p.proba[pred]),
+            probabilities={c: float(v) for c, v in zip(names, p.proba)},
+            words=[{"word": w.word, "start": int(w.start), "end": int(w.end)} for w in p.words],
+            attributions=[float(s) for s in scores],
+            salient=[{"index": i, "word": p.words[i].word, "attribution": float(scores[i]), "concepts": salient_concepts[i]}
+                     for i in salient],
+            methods=methods, truncated=p.truncated,
+            info={"ig_steps": self.ig_steps, "ig_rule": "gauss-legendre", "pooling": self.backbone.pooling,
+                  "ig_baseline": self.ig_baseline_name,
+                  "completeness_error": completeness},
+        )
+
+    def ablate_concepts(self, text: str, method: str, concept_ids, centred: bool = True) -> dict:
+        """Project the directions of `concept_ids` (of `method`'s concept set; centred on the
+        train mean unless `centred` is False, see `ConceptSet.directions`) out of layer l and run
+        the rest of the model. delta = new minus old probability of the originally predicted
+        class (negative: the concepts supported the prediction)."""
+        return self.ablate_many([(text, method, concept_ids, centred)])[0]
+
+    def ablate_many(self, requests: list[tuple]) -> list[dict]:
+        """`ablate_concepts` for several (text, method, concept_ids[, centred]) at once: every
+        text's own concepts projected out, then one forward from layer l for them all."""
+        with self.backbone.lock:
+            bases = [self._basis(*r[1:]) for r in requests]
+            ps = self._passes([r[0] for r in requests])
+            enc, states = self._stack(ps, [project_out(p.states, b) for p, b in zip(ps, bases)])
+            probas = self.proba_from_states(enc, states)
+        names, out = self.classifier.class_names, []
+        for p, proba in zip(ps, probas):
+            pred, new = int(np.argmax(p.proba)), int(np.argmax(proba))
+            out.append({"proba": {c: float(v) for c, v in zip(names, proba)}, "prediction": names[new],
+                        "confidence": float(proba[new]), "delta": float(proba[pred] - p.proba[pred])})
+        return out
+
+    def _basis(self, method: str, concept_ids, centred: bool = True) -> torch.Tensor:
+        """Orthonormal basis (m, d) of the concepts' directions; a clear error for bad ids."""
+        _, concepts = self._method(method)
+        try:
+            ids = [int(k) for k in np.atleast_1d(np.asarray(concept_ids, dtype=np.int64))]
+        except (TypeError, ValueError):
+            raise ValueError(f"Concept ids must be whole numbers, got {concept_ids!r}.") from None
+        bad = [k for k in ids if not 0 <= k < concepts.n_concepts]
+        if bad:
+            raise ValueError(f"Concept ids {bad} are outside {method}'s concepts 0..{concepts.n_concepts - 1}.")
+        return orthonormal_basis(concepts.directions(ids, centred)) if ids else torch.zeros(0, concepts.vectors.shape[1])

@@ -1,0 +1,103 @@
+"""The one training loop of the methods that are a torch module (VQLC and the SAE): build the
+module, resume from a checkpoint or prepare a fresh fit, run the epochs over mini-batches
+streamed from the store with a progress bar, checkpoint after every epoch, and save and load
+the module through one path. A method supplies its module (`_build`), its optimiser, how a
+fresh fit starts (`_begin`) and one epoch (`_epoch`)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from vqlc_core.base import checkpoint, distributed
+from vqlc_core.methods.base import ConceptMethod
+
+
+class ModuleMethod(ConceptMethod):
+    """A method whose fitted state is one torch module (`model_`, made by `_build(dim)`) with its
+    training history (`history_`, one entry per epoch)."""
+
+    # Parameters that may change between a killed fit and its resume without changing the result.
+    resumable: tuple[str, ...] = ("epochs", "progress", "checkpoint_dir")
+    epochs: int | None
+    min_steps: int
+    batch_size: int
+    checkpoint_dir: str | None
+    progress: bool
+
+    # --- what a method supplies ---------------------------------------------------------------
+    def _build(self, dim: int):
+        raise NotImplementedError
+
+    def _validate(self) -> None:
+        """Raise a one-sentence error for parameters that cannot be fitted."""
+
+    def _optimizer(self) -> torch.optim.Optimizer:
+        raise NotImplementedError
+
+    def _begin(self, store, rows: np.ndarray) -> None:
+        """Prepare a fresh fit (not a resumed one): normalisation statistics, initial codes."""
+
+    def _epoch(self, store, rows: np.ndarray, opt: torch.optim.Optimizer, epoch: int, bar) -> dict:
+        """Train one pass over `rows`; the epoch's history entry (besides its number)."""
+        raise NotImplementedError
+
+    def _fit_info(self) -> dict:
+        return {}
+
+    # --- the loop -------------------------------------------------------------------------------
+    def epochs_for(self, n_rows: int) -> int:
+        """Epochs of a fit on n_rows: `epochs` when set, else enough for `min_steps` optimiser
+        steps (at most 100; at a million rows one pass is plenty)."""
+        if self.epochs is not None:
+            return int(self.epochs)
+        return max(1, min(100, math.ceil(self.min_steps * self.batch_size / max(n_rows, 1))))
+
+    def _fit(self, store, rows: np.ndarray) -> dict:
+        """Train on the store's `rows`, resuming from a checkpoint when there is one (`fit`
+        times it and returns self). Only rank 0 writes checkpoints."""
+        self._validate()
+        self.n_features_in_ = store.dim
+        self.model_ = self._build(store.dim)
+        opt = self._optimizer()
+        params = {**self.get_params(), "dim": self.n_features_in_}
+        ckpt = (checkpoint.load(self.checkpoint_dir, self.model_, opt, params, self.name, may_change=self.resumable)
+                if self.checkpoint_dir else None)
+        if ckpt is None:
+            start, self.history_ = 0, []
+            self._begin(store, rows)
+        else:  # a checkpoint that already trained `epochs` is kept as is
+            start, self.history_ = ckpt.epoch, ckpt.history
+        n = len(rows)
+        self.n_epochs_ = self.epochs_for(n)
+        steps = math.ceil(n / self.batch_size)
+        bar = tqdm(total=self.n_epochs_ * steps, initial=min(start, self.n_epochs_) * steps, desc=self.name,
+                   disable=None if self.progress and distributed.is_main() else True, unit="step")
+        for epoch in range(start, self.n_epochs_):
+            self.model_.train()
+            self.history_.append({"epoch": epoch + 1, **self._epoch(store, rows, opt, epoch, bar)})
+            if self.checkpoint_dir and distributed.is_main():  # every rank holds the same model
+                checkpoint.save(self.checkpoint_dir, self.model_, opt, epoch + 1, self.history_, params)
+        bar.close()
+        self.model_.eval()
+        return self._fit_info()
+
+    # --- save and load --------------------------------------------------------------------------
+    def _tensors(self) -> dict:
+        """The module's state_dict: weights, buffers (codebooks, normalisation, firing counts)."""
+        self.check_fitted("model_")
+        return dict(self.model_.state_dict())
+
+    def _state(self) -> dict:
+        return {"dim": self.n_features_in_, "history": self.history_, "n_epochs": getattr(self, "n_epochs_", None)}
+
+    def _restore(self, tensors: dict, state: dict) -> None:
+        self.n_features_in_ = int(state["dim"])
+        self.model_ = self._build(self.n_features_in_)
+        self.model_.load_state_dict(tensors)
+        self.model_.eval()
+        self.history_ = list(state["history"])
+        self.n_epochs_ = state.get("n_epochs")

@@ -1,0 +1,78 @@
+"""Concept maps: a 2-D map of each method's concept vectors, and the frame the Codebook map page plots.
+
+The map is a UMAP computed at build time and stored (UMAP's first call in a process compiles
+for 15-25 s, so pages never compute it). The page plots `plot_frame` of it: marker diameters in
+pixels and hover texts escaped, since plotly reads tags in hover text and the words are the corpus's.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+
+import numpy as np
+import pandas as pd
+
+
+def embed_2d(vectors: np.ndarray, seed: int = 0) -> np.ndarray:
+    """(K, d) -> (K, 2): UMAP (cosine) when there are enough points, PCA otherwise."""
+    n = len(vectors)
+    if n < 2:
+        return np.zeros((n, 2), dtype=np.float32)
+    if n < 10:
+        from sklearn.decomposition import PCA
+
+        return PCA(n_components=2, random_state=seed).fit_transform(vectors).astype(np.float32)
+    import umap
+
+    reducer = umap.UMAP(n_components=2, n_neighbors=min(15, n - 1), metric="cosine", random_state=seed,
+                        n_jobs=1, init="spectral" if n > 20 else "random")
+    return reducer.fit_transform(vectors).astype(np.float32)
+
+
+MARKER_MIN, MARKER_MAX = 6.0, 28.0  # marker diameters in pixels: the smallest stays clickable
+
+
+def marker_size(sizes, smallest: float = MARKER_MIN, largest: float = MARKER_MAX) -> np.ndarray:
+    """Marker diameters in pixels for concepts of these member counts, from `smallest` (an empty
+    or one-member concept) to `largest` (the biggest concept here). Sizes span four orders of
+    magnitude, so the diameter follows the fourth root of the size: every point stays visible
+    and clickable while the big concepts still stand out; a larger concept never gets a smaller marker."""
+    q = np.clip(np.asarray(sizes, dtype=np.float64), 1, None) ** 0.25
+    if q.size == 0 or q.max() <= 1:
+        return np.full(q.shape, float(smallest))
+    return smallest + (largest - smallest) * ((q - 1) / (q.max() - 1))
+
+
+def hover_text(values) -> list[str]:
+    """`values` as text plotly shows literally in a hover label or legend: `<`, `>` and `&` escaped
+    (plotly renders a subset of HTML there, and these strings come from the corpus or a user)."""
+    return [html.escape(str(v), quote=False) for v in values]
+
+
+# What a point's hover label shows besides its name (plotly express's `hover_data`).
+HOVER_DATA = {"top_words": True, "size": True, "purity": ":.2f", "marker": False, "x": False, "y": False}
+
+
+def plot_frame(points: pd.DataFrame, label_of) -> pd.DataFrame:
+    """The stored map (`concept_map`'s frame) as the Codebook map page plots it: a copy with
+    `marker` (diameters in pixels, `marker_size`), `name` (the concept's label, `label_of(k)`)
+    and every text a hover label or legend shows (name, top words, dominant class) escaped."""
+    out = points.copy()
+    out["marker"] = marker_size(out["size"])
+    out["name"] = hover_text(label_of(int(k)) for k in out["concept"])
+    for col in ("top_words", "dominant_class"):
+        out[col] = hover_text(out[col])
+    return out
+
+
+def concept_map(cs, seed: int = 0) -> pd.DataFrame:
+    """One row per non-empty concept: x, y, size, dominant class, purity and top words."""
+    s = cs.summary
+    keep = cs.used_ids()
+    xy = embed_2d(cs.vectors[keep], seed)
+    out = s.iloc[keep][["concept", "size", "n_pred", "dominant_class", "purity"]].reset_index(drop=True)
+    out["x"], out["y"] = xy[:, 0], xy[:, 1]
+    out["top_words"] = [", ".join(w for w, _ in json.loads(t)[:8]) or "(prediction rows)"
+                        for t in s.iloc[keep]["top_words"]]
+    return out

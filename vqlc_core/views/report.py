@@ -1,0 +1,162 @@
+"""Case-study exports for a paper: figures (PNG, SVG), tables (CSV, LaTeX) and a zip bundle
+with a short Markdown report, made from pinned inputs (`browse.make_pin`). Every export says
+where each pin comes from (run, model, layer, method, seed: `browse.PROVENANCE`). Every function
+returns bytes (or text) and touches no files, so the dashboard hands them to download buttons.
+
+Figures are drawn with matplotlib's object API (no pyplot state), which is safe to call from
+the dashboard's threads; user text is drawn with mathtext off.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import zipfile
+
+import pandas as pd
+
+from vqlc_core.views.browse import PROVENANCE, concept_color
+
+FORMATS = ("png", "svg")
+_LATEX = {"\\": r"\textbackslash{}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+          **{c: "\\" + c for c in "&%$#_{}"}}
+TABLE_COLUMNS = ["pin", *PROVENANCE, "text", "prediction", "confidence", "concept", "label", "why", "delta",
+                 "new_prediction", "new_confidence"]
+
+
+def provenance_line(pin: dict) -> str:
+    """'run default, model minilm, layer 5, method vqlc, seed 0' (what the pin records of it)."""
+    return ", ".join(f"{k} {pin[k]}" for k in PROVENANCE if pin.get(k) is not None)
+
+
+def _figure(width: float, height: float):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=150)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig, fmt: str, pin: dict) -> bytes:
+    """The figure as `fmt` bytes; the file's own metadata (PNG text, SVG metadata) says where the
+    pin comes from, as the caption drawn in the figure does."""
+    if fmt not in FORMATS:
+        raise ValueError(f"Unknown figure format '{fmt}'; choose one of {', '.join(FORMATS)}.")
+    buf = io.BytesIO()
+    fig.savefig(buf, format=fmt, bbox_inches="tight",
+                metadata={"Title": f"vqlc case study: {pin['method']}", "Description": provenance_line(pin)})
+    return buf.getvalue()
+
+
+def ablation_figure(pin: dict, fmt: str = "png") -> bytes:
+    """Bar chart of each shown concept's ablation effect on the predicted class's confidence."""
+    rows = pin["concepts"]
+    fig = _figure(6.0, 0.5 + 0.4 * max(len(rows), 1))
+    ax = fig.add_subplot()
+    labels = [r["label"] for r in rows][::-1]
+    deltas = [r["delta"] for r in rows][::-1]
+    ax.barh(range(len(rows)), deltas, color=[concept_color(r["concept"]) for r in rows][::-1], edgecolor="#444")
+    ax.set_yticks(range(len(rows)), labels, fontsize=8)
+    for t in ax.get_yticklabels():
+        t.set_parse_math(False)
+    ax.axvline(0, color="#444", linewidth=0.8)
+    ax.set_xlabel(f"Δ confidence of '{pin['prediction']}' when ablated", parse_math=False)
+    ax.set_title(f"{pin['method']}: concept ablation", parse_math=False)
+    ax.annotate(provenance_line(pin), xy=(0, 0), xycoords=("figure fraction", ax.xaxis.label), xytext=(0, -4),
+                textcoords="offset points", fontsize=6, color="#555", va="top", annotation_clip=False,
+                parse_math=False)
+    return _save(fig, fmt, pin)
+
+
+def sentence_figure(pin: dict, fmt: str = "png", width_px: int = 900) -> bytes:
+    """The input with every word on a box coloured by its concept (concept id below), wrapped."""
+    fig = _figure(width_px / 150, 1.0)
+    renderer = fig.canvas.get_renderer()
+    x, line, pad, placed = 0.0, 0, 6.0, []
+    for w in pin["words"]:
+        t = fig.text(0, 0, w["word"], fontsize=11, parse_math=False,
+                     bbox={"facecolor": concept_color(w["concept"]), "edgecolor": "none", "boxstyle": "round,pad=0.25"})
+        wpx = t.get_window_extent(renderer).width + 2 * pad
+        if x > 0 and x + wpx > width_px:
+            x, line = 0.0, line + 1
+        placed.append((t, x, line, w["concept"]))
+        x += wpx
+    n_lines = line + 1
+    fig.set_size_inches(width_px / 150, 0.45 * n_lines + 0.3)
+    H = fig.get_size_inches()[1] * 150
+    for t, px, ln, k in placed:
+        y = 1 - (ln * 0.45 * 150 + 20) / H
+        t.set_position((px / width_px, y))
+        fig.text(px / width_px, y - 14 / H, str(k), fontsize=6, color="#555")
+    fig.text(0, 1 + 8 / H, f"{pin['method']} — prediction {pin['prediction']} ({pin['confidence']:.2f})",
+             fontsize=9, parse_math=False)
+    fig.text(0, 1 - ((n_lines - 1) * 0.45 * 150 + 44) / H, provenance_line(pin), fontsize=6, color="#555",
+             parse_math=False, va="top")
+    return _save(fig, fmt, pin)
+
+
+def pins_table(pins: list[dict]) -> pd.DataFrame:
+    """One row per (pin, shown concept): where the pin comes from, its input and prediction,
+    the concept and its ablation effect."""
+    rows = [{"pin": i + 1, **{k: p.get(k) for k in PROVENANCE}, "text": p["text"], "prediction": p["prediction"],
+             "confidence": p["confidence"], **{k: c[k] for k in ("concept", "label", "why", "delta",
+                                                                 "new_prediction", "new_confidence")}}
+            for i, p in enumerate(pins) for c in p["concepts"]]
+    return pd.DataFrame(rows, columns=TABLE_COLUMNS)
+
+
+def table_csv(df: pd.DataFrame) -> bytes:
+    return df.to_csv(index=False).encode()
+
+
+def latex_escape(text: str) -> str:
+    """`text` with LaTeX's special characters escaped."""
+    return re.sub(r"[\\&%$#_{}~^]", lambda m: _LATEX[m.group()], text)
+
+
+def table_latex(df: pd.DataFrame, caption: str | None = None) -> bytes:
+    """A LaTeX tabular of `df` (special characters escaped, in the caption too; floats to 3
+    decimals)."""
+    caption = latex_escape(caption) if caption else None
+    return df.to_latex(index=False, escape=True, float_format="%.3f", caption=caption).encode()
+
+
+def markdown_report(pins: list[dict], figures: dict[int, list[str]] | None = None) -> str:
+    """A short Markdown report: per pin where it comes from, its input, prediction and concepts
+    with ablation effects, and its figures, each with a caption that says where it comes from."""
+    lines = ["# Case study", "", f"{len(pins)} pinned input(s).", ""]
+    for i, p in enumerate(pins, 1):
+        lines += [f"## Pin {i} ({p['method']})", "", f"From: {provenance_line(p)}.", "", f"> {p['text']}", "",
+                  f"Prediction: **{p['prediction']}** (confidence {p['confidence']:.3f})", "",
+                  "| concept | label | why | Δ confidence | new prediction |", "|---|---|---|---|---|"]
+        for c in p["concepts"]:
+            cells = [str(c["concept"]), c["label"], c["why"], f"{c['delta']:+.3f}",
+                     f"{c['new_prediction']} ({c['new_confidence']:.3f})"]
+            lines.append("| " + " | ".join(s.replace("|", "\\|") for s in cells) + " |")
+        lines.append("")
+        for f in (figures or {}).get(i, []):
+            kind = f.rsplit("_", 1)[-1].split(".")[0]  # figures/pin1_ablation.png -> ablation
+            lines += [f"![{f}]({f})", "", f"*Pin {i}, {kind} figure: {provenance_line(p)}.*", ""]
+    return "\n".join(lines)
+
+
+def bundle(pins: list[dict]) -> bytes:
+    """A zip of report.md, the table (CSV, LaTeX), each pin's figures (PNG, SVG) and pins.json."""
+    buf = io.BytesIO()
+    table = pins_table(pins)
+    figures: dict[int, list[str]] = {}
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for i, p in enumerate(pins, 1):
+            for name, draw in (("ablation", ablation_figure), ("sentence", sentence_figure)):
+                for fmt in FORMATS:
+                    path = f"figures/pin{i}_{name}.{fmt}"
+                    z.writestr(path, draw(p, fmt))
+                figures.setdefault(i, []).append(f"figures/pin{i}_{name}.png")
+        z.writestr("concepts.csv", table_csv(table))
+        runs = "; ".join(dict.fromkeys(provenance_line({**p, "method": None}) for p in pins))
+        z.writestr("concepts.tex", table_latex(table, caption=f"Concepts of the pinned inputs ({runs})."))
+        z.writestr("pins.json", json.dumps(pins, indent=2, default=str))
+        z.writestr("report.md", markdown_report(pins, figures))
+    return buf.getvalue()
