@@ -63,7 +63,7 @@ def main() -> None:
                 m = "vqlc" if "vqlc" in methods else next(iter(methods))
                 k = e.methods[m]["prediction_concepts"][0]["concept"]
                 t0 = time.perf_counter()
-                ex.ablate_concepts(text, m, [k])
+                ex.ablate(text, m, [k])
                 t_toggle.append((time.perf_counter() - t0) * 1000)
             for what, t in (("explain", t_explain), ("toggle", t_toggle)):
                 results.append({"run": name, "model": run.cfg.extract.model, "words": words, "what": what, "n": len(t),

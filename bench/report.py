@@ -124,7 +124,7 @@ def main() -> None:
         "",
         "`python bench/latency.py --runs default decoder` — server-side `Explainer.explain` (all three "
         "methods, Integrated Gradients with the run's steps) and one ablation toggle "
-        "(`ablate_concepts` of VQLC's prediction concept), 50 inputs per length, one torch thread as "
+        "(`ablate` of VQLC's prediction concept), 50 inputs per length, one torch thread as "
         "the dashboard uses.",
         "",
         table("latency"),

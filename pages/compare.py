@@ -1,5 +1,5 @@
-"""Compare: K-Means, LACOAT and VQLC side by side on one input, each with its own ablation
-toggles; the corpus-level faithfulness table and chart; fit time and peak memory per method."""
+"""Compare: every built method side by side on one input (in registry order, by display name), each with
+its own ablation toggles; the corpus-level faithfulness table and chart; fit time and peak memory per method."""
 
 import plotly.express as px
 import streamlit as st

@@ -23,7 +23,7 @@ st.sidebar.download_button("Download as one HTML file", partial(export_html.rend
 st.title(f"Concepts: {method}")
 rd, sp = str(run.dir), vqlc_ui.stamp(run)
 cs = vqlc_ui.concepts(rd, sp, method)
-ids = [int(k) for k in cs.summary.loc[cs.summary["size"] > 0, "concept"]]
+ids = cs.used_ids()
 
 if query.strip():
     hits = concepts_with_word(vqlc_ui.tokens(rd, sp), cs.assignments, query)

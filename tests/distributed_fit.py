@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 
-from vqlc_core import distributed  # noqa: E402
+from vqlc_core.base import distributed  # noqa: E402
 from vqlc_core.data.store import ArrayStore  # noqa: E402
 from vqlc_core.methods.vqlc import VQLC  # noqa: E402
 

@@ -74,7 +74,7 @@ def explainer(apptest_run):
 def test_explain_answers_any_text_with_a_result_or_a_sentence(explainer, case):
     text = TEXTS[case]
     if case in SENTENCES:
-        for call in (explainer.explain, lambda t: explainer.ablate_concepts(t, "vqlc", [0])):
+        for call in (explainer.explain, lambda t: explainer.ablate(t, "vqlc", [0])):
             with pytest.raises(ValueError) as e:
                 _in_time(call, text)
             assert SENTENCES[case] in str(e.value), e.value
@@ -91,7 +91,7 @@ def test_explain_answers_any_text_with_a_result_or_a_sentence(explainer, case):
         assert not CONTROL.search(w["word"]), w
     for m, out in ex.methods.items():
         assert len(out["word_concepts"]) == len(ex.words)
-    r = _in_time(explainer.ablate_concepts, text, "vqlc", [0, 1])
+    r = _in_time(explainer.ablate, text, "vqlc", [0, 1])
     assert r["prediction"] in explainer.classifier.class_names and np.isfinite(r["delta"])
 
 
@@ -104,7 +104,7 @@ def test_explain_answers_any_text_with_a_result_or_a_sentence(explainer, case):
     (["a", "fine", "film"], "must be a string, not list."),
 ])
 def test_explaining_what_is_not_a_string_is_one_sentence(explainer, value, phrase):
-    for call in (explainer.explain, lambda v: explainer.ablate_concepts(v, "vqlc", [0])):
+    for call in (explainer.explain, lambda v: explainer.ablate(v, "vqlc", [0])):
         with pytest.raises(ValueError) as e:
             _in_time(call, value)
         assert phrase in str(e.value), e.value
@@ -138,7 +138,7 @@ def test_typed_text_is_cleaned_to_the_same_length_with_a_notice(text, cleaned, n
 ])
 def test_ablating_bad_concept_ids_is_one_sentence(explainer, method, ids, phrase):
     with pytest.raises(ValueError) as e:
-        _in_time(explainer.ablate_concepts, "a fine film", method, ids)
+        _in_time(explainer.ablate, "a fine film", method, ids)
     assert phrase in str(e.value)
     one_sentence(str(e.value))
 

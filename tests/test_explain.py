@@ -219,19 +219,19 @@ def test_ablating_concepts_matches_the_hook_and_nothing_changes_nothing(explaine
     e = explainer.explain(SENTENCE)
     k = e.methods["kmeans"]["prediction_concepts"][0]["concept"]
     _, concepts = setup["methods"]["kmeans"]
-    out = explainer.ablate_concepts(SENTENCE, "kmeans", [k])
+    out = explainer.ablate(SENTENCE, "kmeans", [k])
     hooked = ablated_proba(setup["clf"], SENTENCE, LAYER, concepts.directions([k]))[0]
     assert np.allclose(list(out["proba"].values()), hooked, atol=1e-5)
     assert abs(out["delta"] - (hooked[e.predicted_index] - e.confidence)) < 1e-5
-    raw = explainer.ablate_concepts(SENTENCE, "kmeans", [k], centred=False)
+    raw = explainer.ablate(SENTENCE, "kmeans", [k], centred=False)
     hooked_raw = ablated_proba(setup["clf"], SENTENCE, LAYER, concepts.vectors[[k]])[0]
     assert np.allclose(list(raw["proba"].values()), hooked_raw, atol=1e-5) and not np.allclose(hooked, hooked_raw)
-    none = explainer.ablate_concepts(SENTENCE, "kmeans", [])
+    none = explainer.ablate(SENTENCE, "kmeans", [])
     assert abs(none["delta"]) < 1e-6 and none["prediction"] == e.prediction
     with pytest.raises(ValueError, match="outside"):
-        explainer.ablate_concepts(SENTENCE, "kmeans", [K])
+        explainer.ablate(SENTENCE, "kmeans", [K])
     with pytest.raises(ValueError, match="Unknown concept method"):
-        explainer.ablate_concepts(SENTENCE, "lda", [0])
+        explainer.ablate(SENTENCE, "lda", [0])
 
 
 def test_a_centred_direction_keeps_the_states_mean_component_that_the_uncentred_one_removes(explainer, setup):

@@ -85,7 +85,7 @@ def test_ablations_batched_together_equal_the_same_ablations_one_by_one(explaine
     ex = {t: explainer.explain(t).to_dict() for t in TEXTS}
     requests = [(t, m, [c["concept"] for c in ex[t]["methods"][m]["prediction_concepts"][:2]], True)
                 for t in TEXTS for m in ("vqlc", "kmeans")]
-    alone = [fresh(explainer).ablate_concepts(*r) for r in requests]
+    alone = [fresh(explainer).ablate(*r) for r in requests]
     together = fresh(explainer).ablate_many(requests)
     for a, b in zip(alone, together):
         assert a["prediction"] == b["prediction"]

@@ -7,6 +7,7 @@ rebuilt run is reloaded. Models go in `st.cache_resource`, tables and results in
 from __future__ import annotations
 
 import gc
+import logging
 import threading
 from pathlib import Path
 
@@ -172,6 +173,7 @@ def cloud(run: Run, method: str, k: int) -> Path | None:
     return concept_cloud(run.dir, method, k, cs.summary.at[k, "top_words"])
 
 
+log = logging.getLogger(__name__)
 _warming: set[tuple[str, int]] = set()
 
 
@@ -179,6 +181,8 @@ def _load_quietly(run_dir: str, sp: int) -> None:
     try:
         explainer(run_dir, sp)
     except Exception:  # the page that needs the explainer loads it again and shows the error
+        log.info("vqlc: warming up the explainer of %s failed; the page will load it and say why", run_dir,
+                 exc_info=True)
         _warming.discard((run_dir, sp))
 
 

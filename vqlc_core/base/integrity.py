@@ -9,11 +9,13 @@ skips a finished stage, so it never builds on a changed file).
 from __future__ import annotations
 
 import hashlib
+import logging
 from pathlib import Path
 
 import numpy as np
 
 CHUNK = 1 << 20
+log = logging.getLogger(__name__)
 
 
 def _npy_shape(path: Path) -> tuple | None:
@@ -21,7 +23,8 @@ def _npy_shape(path: Path) -> tuple | None:
     try:
         arr = np.load(path, mmap_mode="r", allow_pickle=False)
         return tuple(arr.shape)
-    except Exception:
+    except Exception:  # any damage to the header: the integrity check reports the file as corrupt
+        log.debug("unreadable .npy header in %s", path, exc_info=True)
         return None
 
 

@@ -103,12 +103,10 @@ class Run:
         if self._backbone is None:
             import torch
 
-
             e = self.cfg.extract
             src = resolve_model(e.model, cache_dir=self.cfg.cache_dir)
             bb = Backbone.from_source(src, dtype=torch.float32, max_length=e.max_length, pooling=e.pooling)
             if self.manifest.is_complete("finetune") and (self.dir / "finetune" / "finetune.json").exists():
-
                 self._finetuned_head = load_finetuned(bb, self.dir / "finetune")  # the model the run explains
             self._backbone = bb
         return self._backbone
@@ -119,30 +117,47 @@ class Run:
         self.backbone  # loads the fine-tuned weights and head when there are any
         return self._finetuned_head
 
-    @property
-    def store(self):
-        if self._store is None:
+    @finetuned_head.setter
+    def finetuned_head(self, head) -> None:  # the finetune stage hands over what it trained
+        self._finetuned_head = head
 
+    @property
+    def store(self) -> ActivationStore:
+        if self._store is None:
             self._store = ActivationStore(self.dir / "store")
         return self._store
 
-    @property
-    def classifier(self):
-        if self._classifier is None:
+    @store.setter
+    def store(self, store: ActivationStore) -> None:  # the extract stage hands over what it wrote
+        self._store = store
 
+    @property
+    def classifier(self) -> Classifier:
+        if self._classifier is None:
             self._classifier = Classifier.load(self.dir / "classifier", self.backbone)
         return self._classifier
+
+    @classifier.setter
+    def classifier(self, clf: Classifier) -> None:  # the classifier stage hands over what it fitted
+        self._classifier = clf
 
     @property
     def classifier_metrics(self) -> dict:
         """classifier/metrics.json: accuracy per split and the IG baseline's facts."""
         return read_json(self.dir / "classifier" / "metrics.json")
 
-    def explainer(self, methods: dict | None = None):
-        """An Explainer over the run's classifier and (by default) every built method, with the
-        run's extraction settings, so words are represented as the store represents them."""
-        if methods is None:
-            methods = {m: (self.method(m), self.concept_set(m)) for m in self.methods_built()}
+    def explainer(self, methods=None) -> Explainer:
+        """An Explainer over the run's classifier and the methods named in `methods` (default:
+        every built one), with the run's extraction settings, so words are represented as the
+        store represents them. `methods` may also map names to (method, ConceptSet) pairs
+        already loaded."""
+        if methods is None or not isinstance(methods, dict):
+            names = self.methods_built() if methods is None else list(methods)
+            unbuilt = [m for m in names if m not in self.methods_built()]
+            if unbuilt:
+                raise RunError(f"Run '{self.dir.name}' has no finished method {unbuilt[0]!r}; it has "
+                               f"{', '.join(self.methods_built()) or 'none'}.")
+            methods = {m: (self.method(m), self.concept_set(m)) for m in names}
         e = self.cfg.extract
         path = self.dir / "classifier" / "ig_baseline.npy"  # the neutral baseline (runs built before it: the mean)
         base = read_npy(path) if path.exists() else None
@@ -163,7 +178,12 @@ class Run:
         return cs
 
     def method(self, name: str, seed: int | None = None):
+        """The fitted concept method `name` (of `seed`, default: the shown one)."""
         return method_class(name).load(self.method_dir(name, seed) / "model")
+
+    def concepts(self, method: str, seed: int | None = None) -> ConceptSet:
+        """Method `method`'s concepts (of `seed`, default: the shown one), with their labels."""
+        return self.concept_set(method, seed)
 
     def concept_map(self, method: str) -> pd.DataFrame:
         return read_parquet(self.dir / "methods" / method / "map.parquet")
@@ -235,6 +255,20 @@ class Run:
     def rebuild_config(self) -> BuildConfig:
         """The configuration to rebuild this run with: its own, in its own cache folder."""
         return self.cfg.replace(run=self.dir.name, cache_dir=self.dir.parent.parent)
+
+
+def open_run(name_or_path: str | Path, cache_dir: str | Path | None = None) -> Run:
+    """The run named `name_or_path` under `cache_dir`/runs (default: $VQLC_CACHE_DIR or cache), or
+    the run directory at that path."""
+    path = Path(name_or_path)
+    if not (path / "manifest.json").exists():
+        root = Path(cache_dir if cache_dir is not None else cache_dir_default()) / "runs"
+        path = root / check_run_name(str(name_or_path))
+        if not (path / "manifest.json").exists():
+            names = [p.name for p in list_runs(root.parent)]
+            raise RunError(f"No run '{name_or_path}' under {root}; the runs there: {', '.join(names) or 'none'} "
+                           "(`vqlc build` builds one).")
+    return Run(path)
 
 
 def list_runs(cache_dir: str | Path | None = None) -> list[Path]:

@@ -68,7 +68,7 @@ def stage_finetune(run, name: str) -> dict:
     if mode == "none":
         return {"mode": "none"}
     head, info = finetune(bb, run.texts, run.class_names, ft, run.dir / "finetune", seed=run.cfg.seed)
-    run._finetuned_head = head
+    run.finetuned_head = head
     return {"mode": mode, "chosen_epoch": info["chosen_epoch"], "dev_accuracy": info["best_dev_accuracy"],
             "seconds": info["seconds"]}
 
@@ -88,7 +88,7 @@ def stage_extract(run, name: str) -> dict:
         store = build_store(bb, run.texts, replace(ecfg, layer=layer), run.dir / "store")
     finally:
         bb.model.to("cpu")
-    run._store = store
+    run.store = store
     return {"n_rows": store.n_rows, "dim": store.dim, "layer": layer, "alignment_ratio": round(ratio, 4)}
 
 
@@ -120,7 +120,7 @@ def stage_classifier(run, name: str) -> dict:
     base, facts = _neutral_baseline(run, clf)
     write_npy(run.dir / "classifier" / "ig_baseline.npy", base)
     write_json(run.dir / "classifier" / "metrics.json", {"accuracy": acc, "ig_baseline": facts})
-    run._classifier = clf
+    run.classifier = clf
     return {"accuracy": acc, "ig_baseline_probabilities": [round(p, 3) for p in facts["calibration_probabilities"]]}
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from vqlc_core.base.runio import SourceError, atomic_path, read_json, write_json
+from vqlc_core.base.runio import RunError, SourceError, atomic_path, read_json, write_json
 from vqlc_core.data.downloads import pip_download
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ def read_gguf_header(path: Path) -> tuple[dict, int]:
             return take(_GGUF_SCALARS[kind])
 
         if data[:4] != b"GGUF" or struct.unpack_from("<I", data, 4)[0] not in (2, 3):
-            raise ValueError("not a GGUF file of version 2 or 3")
+            raise RunError("not a GGUF file of version 2 or 3")
         pos = 8
         n_tensors, n_keys = take("<Q"), take("<Q")
         metadata = {}

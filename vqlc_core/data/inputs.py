@@ -9,6 +9,7 @@ original: a control character becomes a space, a lone surrogate U+FFFD.
 from __future__ import annotations
 
 import re
+from vqlc_core.base.runio import RunError
 
 CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")  # Unicode Cc, less tab and newlines
 SURROGATE = re.compile(r"[\ud800-\udfff]")  # in a Python str every surrogate code point is a lone one
@@ -45,14 +46,14 @@ def check_input(text, backbone=None) -> str:
     model's tokenizer knows."""
     if not isinstance(text, str):
         hint = "; decode it first, e.g. data.decode('utf-8')" if isinstance(text, (bytes, bytearray)) else ""
-        raise ValueError(f"The input must be a string, not {type(text).__name__}{hint}.")
+        raise RunError(f"The input must be a string, not {type(text).__name__}{hint}.")
     bad = SURROGATE.search(text)
     if bad:
-        raise ValueError(f"The input holds a lone surrogate (U+{ord(bad.group()):04X} at character {bad.start()}), "
+        raise RunError(f"The input holds a lone surrogate (U+{ord(bad.group()):04X} at character {bad.start()}), "
                          "which is not valid Unicode; remove it or decode the text with errors='replace'.")
     text = CONTROL.sub(" ", text)
     if not text.strip():
-        raise ValueError(EMPTY)
+        raise RunError(EMPTY)
     if backbone is not None and not has_known_words(backbone, text):
-        raise ValueError(UNKNOWN)
+        raise RunError(UNKNOWN)
     return text

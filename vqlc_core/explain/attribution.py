@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from vqlc_core.explain.ablation import from_layer
+from vqlc_core.base.runio import RunError
 
 SALIENT_MASS = 0.5  # salient words: the top words until this share of the total attribution
 IG_STEPS = 16  # Gauss-Legendre nodes: from the mean baseline, completeness error below 0.01% (module docstring)
@@ -71,7 +72,7 @@ def layer_attributions(classifier, enc, layer: int, states: torch.Tensor, target
     b + a (x - b) with `steps` Gauss-Legendre nodes, the B*steps points run in chunks of at most
     `chunk_tokens` token positions. how="grad_x_input": gradient at x times (x - b)."""
     if how not in ("ig", "grad_x_input"):
-        raise ValueError(f"Unknown attribution '{how}'; choose 'ig' or 'grad_x_input'.")
+        raise RunError(f"Unknown attribution '{how}'; choose 'ig' or 'grad_x_input'.")
     alphas, weights = ig_nodes(steps) if how == "ig" else (torch.ones(1), torch.ones(1))
     states = states.detach()
     base = torch.zeros_like(states) if baseline is None else baseline.detach().to(states.dtype)

@@ -17,6 +17,7 @@ import torch
 from vqlc_core.data.backbone import AGGREGATIONS, aggregate_words, autocast, capture
 from vqlc_core.data.inputs import check_input
 from vqlc_core.explain.ablation import from_layer, orthonormal_basis, project_out
+from vqlc_core.base.runio import RunError
 from vqlc_core.explain.attribution import (IG_STEPS, Attribution, eligible_words, layer_attributions, pooled_positions,
                                            salient_indices, word_scores)
 
@@ -75,9 +76,9 @@ class Explainer:
     def __init__(self, classifier, layer: int, methods: dict, ig_steps: int = IG_STEPS, cache_size: int = 16,
                  autocast_dtype=None, aggregation: str = "last", ig_baseline=None, ig_baseline_name: str = "given"):
         if ig_steps < 1:
-            raise ValueError(f"ig_steps must be at least 1, got {ig_steps}.")
+            raise RunError(f"ig_steps must be at least 1, got {ig_steps}.")
         if aggregation not in AGGREGATIONS:
-            raise ValueError(f"Unknown aggregation '{aggregation}'; choose one of {', '.join(AGGREGATIONS)}.")
+            raise RunError(f"Unknown aggregation '{aggregation}'; choose one of {', '.join(AGGREGATIONS)}.")
         self.aggregation = aggregation  # sub-word -> word, as the store was extracted
         self.classifier, self.backbone = classifier, classifier.backbone
         self.layer = self.backbone.check_layer(layer)
@@ -185,7 +186,7 @@ class Explainer:
 
     def _method(self, name: str):
         if name not in self.methods:
-            raise ValueError(f"Unknown concept method '{name}'; choose one of {', '.join(self.methods) or '(none)'}.")
+            raise RunError(f"Unknown concept method '{name}'; choose one of {', '.join(self.methods) or '(none)'}.")
         return self.methods[name]
 
     # --- public -------------------------------------------------------------------------------
@@ -254,7 +255,7 @@ class Explainer:
                   "completeness_error": completeness},
         )
 
-    def ablate_concepts(self, text: str, method: str, concept_ids, centred: bool = True) -> dict:
+    def ablate(self, text: str, method: str, concept_ids, centred: bool = True) -> dict:
         """Project the directions of `concept_ids` (of `method`'s concept set; centred on the
         train mean unless `centred` is False, see `ConceptSet.directions`) out of layer l and run
         the rest of the model. delta = new minus old probability of the originally predicted
@@ -262,7 +263,7 @@ class Explainer:
         return self.ablate_many([(text, method, concept_ids, centred)])[0]
 
     def ablate_many(self, requests: list[tuple]) -> list[dict]:
-        """`ablate_concepts` for several (text, method, concept_ids[, centred]) at once: every
+        """`ablate` for several (text, method, concept_ids[, centred]) at once: every
         text's own concepts projected out, then one forward from layer l for them all."""
         with self.backbone.lock:
             bases = [self._basis(*r[1:]) for r in requests]
@@ -282,8 +283,8 @@ class Explainer:
         try:
             ids = [int(k) for k in np.atleast_1d(np.asarray(concept_ids, dtype=np.int64))]
         except (TypeError, ValueError):
-            raise ValueError(f"Concept ids must be whole numbers, got {concept_ids!r}.") from None
+            raise RunError(f"Concept ids must be whole numbers, got {concept_ids!r}.") from None
         bad = [k for k in ids if not 0 <= k < concepts.n_concepts]
         if bad:
-            raise ValueError(f"Concept ids {bad} are outside {method}'s concepts 0..{concepts.n_concepts - 1}.")
+            raise RunError(f"Concept ids {bad} are outside {method}'s concepts 0..{concepts.n_concepts - 1}.")
         return orthonormal_basis(concepts.directions(ids, centred)) if ids else torch.zeros(0, concepts.vectors.shape[1])

@@ -22,6 +22,7 @@ import time
 from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass, field
 from typing import Any, Callable
+from vqlc_core.base.runio import RunError
 
 STATS_ENV = "VQLC_SERVE_STATS"
 
@@ -49,7 +50,7 @@ class Batcher:
     def __init__(self, compute: dict[str, Callable[[list[tuple]], list]], max_batch: int = 16,
                  max_wait_s: float = 0.005, stats_path: str | os.PathLike | None = None):
         if max_batch < 1:
-            raise ValueError(f"max_batch must be at least 1, got {max_batch}.")
+            raise RunError(f"max_batch must be at least 1, got {max_batch}.")
         self.compute, self.max_batch, self.max_wait_s = dict(compute), int(max_batch), float(max_wait_s)
         self.stats_path = stats_path if stats_path is not None else os.environ.get(STATS_ENV) or None
         self._queue: queue.SimpleQueue[_Request] = queue.SimpleQueue()
@@ -62,7 +63,7 @@ class Batcher:
     def submit(self, kind: str, *args) -> Future:
         """Queue a request; its Future gets the result (or the exception)."""
         if kind not in self.compute:
-            raise ValueError(f"Unknown request kind '{kind}'; choose one of {', '.join(self.compute)}.")
+            raise RunError(f"Unknown request kind '{kind}'; choose one of {', '.join(self.compute)}.")
         self._ensure_worker()
         req = _Request(kind, args)
         self._queue.put(req)
@@ -136,7 +137,7 @@ class Batcher:
 class ExplainService:
     """An Explainer shared by every session of a server, behind one Batcher: `explain(text)`
     and `ablate(text, method, ids)` return what `Explainer.explain(text).to_dict()` and
-    `Explainer.ablate_concepts` return, computed in batches with the other sessions' requests."""
+    `Explainer.ablate` return, computed in batches with the other sessions' requests."""
 
     def __init__(self, explainer, max_batch: int = 16, max_wait_s: float = 0.005, stats_path=None):
         self.explainer = explainer

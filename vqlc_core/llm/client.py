@@ -95,7 +95,7 @@ class ChatClient:
         """Send to `endpoint` from now on (the same endpoint, started or checked: its record
         identity must not change)."""
         if endpoint.identity != self.endpoint.identity:
-            raise ValueError("a client's endpoint may only be replaced by the same endpoint, started")
+            raise RunError("a client's endpoint may only be replaced by the same endpoint, started")
         self.endpoint, self._client = endpoint, None
 
     def pending(self, requests: Iterable[Request]) -> list[Request]:

@@ -28,7 +28,7 @@ def load_results(run_dir: str | Path) -> tuple[dict, pd.DataFrame] | None:
         res = read_json(folder / "judge.json")
         ratings = read_parquet(folder / "judge_ratings.parquet")
         if not isinstance(res, dict) or "judges" not in res or not set(RATING_COLUMNS) <= set(ratings.columns):
-            raise ValueError("missing keys or columns")
+            raise RunError("missing keys or columns")
     except (OSError, ValueError) as err:
         raise RunError(f"The judge's results in {folder} cannot be read ({err.__class__.__name__}); run "
                        "`vqlc judge` again.") from err

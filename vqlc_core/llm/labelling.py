@@ -11,7 +11,6 @@ import logging
 from dataclasses import dataclass
 from typing import ClassVar
 
-import numpy as np
 
 from vqlc_core.base.options import opt
 from vqlc_core.base.runio import RunError
@@ -62,7 +61,7 @@ def choose_concepts(concepts, ids: list[int] | None = None, max_concepts: int | 
         if empty:
             raise RunError(f"Concepts {empty} of {concepts.method} have no train members to label; choose others.")
         return sorted(set(int(k) for k in ids))
-    have = [int(k) for k in np.flatnonzero(sizes > 0)]
+    have = concepts.used_ids()
     if max_concepts is not None:
         if max_concepts < 1:
             raise RunError("--max-concepts must be at least 1.")

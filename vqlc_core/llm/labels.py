@@ -33,7 +33,7 @@ def _read(path: Path) -> dict:
     try:
         data = read_json(path)
         if not isinstance(data, dict) or not isinstance(data.get("concepts", {}), dict):
-            raise ValueError("not an object of concepts")
+            raise RunError("not an object of concepts")
         return data
     except (ValueError, AttributeError, UnicodeDecodeError) as err:
         raise RunError(f"The labels file {path} is not valid ({err.__class__.__name__}); delete it and run "

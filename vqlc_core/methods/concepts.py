@@ -179,12 +179,12 @@ class ConceptSet:
         definitions fall back to 'train' and 'fitset'. Every definition is kept in `extra`."""
         assignments = np.asarray(assignments, dtype=np.int32)
         if len(assignments) != store.n_rows:
-            raise ValueError(f"expected {store.n_rows} assignments, got {len(assignments)}")
+            raise RunError(f"expected {store.n_rows} assignments, got {len(assignments)}")
         train = train_mask(store.tokens, store.n_rows) if train is None else np.asarray(train, dtype=bool)
         if train.shape != (store.n_rows,):
-            raise ValueError(f"The train mask must have one entry per store row ({store.n_rows}), got {train.shape}.")
+            raise RunError(f"The train mask must have one entry per store row ({store.n_rows}), got {train.shape}.")
         if not train.any():
-            raise ValueError("No train rows in the store: concepts are shaped by train rows only; "
+            raise RunError("No train rows in the store: concepts are shaped by train rows only; "
                              "build the store with a train split.")
         if vectors not in CONCEPT_VECTORS:
             raise RunError(f"Unknown concept-vector definition {vectors!r}; choose one of {', '.join(CONCEPT_VECTORS)}.")

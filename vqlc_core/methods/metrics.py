@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from vqlc_core.base.runio import RunError
 
 
 def _as_numpy(a) -> np.ndarray:
@@ -32,7 +33,7 @@ class R2Accumulator:
         x = _as_numpy(x).astype(np.float64)
         recon = _as_numpy(recon).astype(np.float64)
         if x.shape != recon.shape:
-            raise ValueError(f"R² needs x and recon of one shape, got {x.shape} and {recon.shape}.")
+            raise RunError(f"R² needs x and recon of one shape, got {x.shape} and {recon.shape}.")
         if self.sum is None:
             self.sum, self.sumsq = np.zeros(x.shape[1]), np.zeros(x.shape[1])
         self.n += len(x)
@@ -42,7 +43,7 @@ class R2Accumulator:
 
     def value(self) -> float:
         if self.n == 0:
-            raise ValueError("R² needs at least one row; no batch was added.")
+            raise RunError("R² needs at least one row; no batch was added.")
         sst = float((self.sumsq - self.sum**2 / self.n).sum())
         return 1.0 - self.sse / sst if sst > 0 else float("nan")
 
@@ -72,7 +73,7 @@ def code_counts(indices, n_codes: int) -> np.ndarray:
     """How many rows each of the n_codes codes received: (K,) int64."""
     idx = _as_numpy(indices).astype(np.int64).ravel()
     if len(idx) and (idx.min() < 0 or idx.max() >= n_codes):
-        raise ValueError(f"Code indices must lie in [0, {n_codes}), got [{idx.min()}, {idx.max()}].")
+        raise RunError(f"Code indices must lie in [0, {n_codes}), got [{idx.min()}, {idx.max()}].")
     return np.bincount(idx, minlength=n_codes)
 
 
@@ -109,7 +110,7 @@ def assignment_ami(a, b) -> float:
 
     a, b = _as_numpy(a).ravel(), _as_numpy(b).ravel()
     if a.shape != b.shape:
-        raise ValueError(f"AMI needs two assignments of the same rows, got {len(a)} and {len(b)} rows.")
+        raise RunError(f"AMI needs two assignments of the same rows, got {len(a)} and {len(b)} rows.")
     return float(adjusted_mutual_info_score(a, b))
 
 

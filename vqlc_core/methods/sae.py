@@ -140,7 +140,7 @@ class SAEConcepts(ModuleMethod):
                            "lower --sae-k or raise --sae-latents.")
         for key in ("min_steps", "batch_size"):
             if int(getattr(self, key)) < 1:
-                raise ValueError(f"{key} must be a positive integer, got {getattr(self, key)}.")
+                raise RunError(f"{key} must be a positive integer, got {getattr(self, key)}.")
 
     def check_n_rows(self, n_rows: int) -> None:
         """An SAE may have more latents than rows; it needs only more rows than k."""
@@ -195,7 +195,7 @@ class SAEConcepts(ModuleMethod):
         self.check_fitted("model_")
         X = torch.as_tensor(np.asarray(X) if not isinstance(X, torch.Tensor) else X, dtype=torch.float32)
         if X.ndim != 2 or X.shape[1] != self.n_features_in_:
-            raise ValueError(f"The SAE expects an (N, {self.n_features_in_}) array, got shape {tuple(X.shape)}.")
+            raise RunError(f"The SAE expects an (N, {self.n_features_in_}) array, got shape {tuple(X.shape)}.")
         return X
 
     @torch.no_grad()

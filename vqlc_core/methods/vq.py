@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vqlc_core.base.distributed import collectives, rank as distributed_rank
+from vqlc_core.base.runio import RunError
 
 INITS = ("farthest_first", "kmeans++")
 RESEEDS = ("largest_error", "random")
@@ -45,9 +46,9 @@ def farthest_first(x: torch.Tensor, k: int, seed: int = 0) -> torch.Tensor:
     1e-4 times the data's RMS, so the result always has k rows and distinct codes.
     """
     if k < 1:
-        raise ValueError(f"farthest_first needs k >= 1, got {k}.")
+        raise RunError(f"farthest_first needs k >= 1, got {k}.")
     if x.ndim != 2 or len(x) == 0:
-        raise ValueError(f"farthest_first needs a non-empty (N, d) tensor, got shape {tuple(x.shape)}.")
+        raise RunError(f"farthest_first needs a non-empty (N, d) tensor, got shape {tuple(x.shape)}.")
     gen = torch.Generator().manual_seed(seed)
     u = torch.unique(x.detach().float().cpu(), dim=0)  # (U, d), sorted, so picks do not depend on row order
     u64 = u.double()  # float64 so that ||u||² - 2u·c + ||c||² keeps small distances exact enough
@@ -80,7 +81,7 @@ def kmeans_plus_plus(x: torch.Tensor, k: int, seed: int = 0) -> torch.Tensor:
     from sklearn.cluster import kmeans_plusplus
 
     if x.ndim != 2 or len(x) < k:
-        raise ValueError(f"kmeans_plus_plus needs at least k = {k} rows, got shape {tuple(x.shape)}.")
+        raise RunError(f"kmeans_plus_plus needs at least k = {k} rows, got shape {tuple(x.shape)}.")
     centers, _ = kmeans_plusplus(x.detach().double().cpu().numpy(), k, random_state=seed)
     return torch.as_tensor(centers, dtype=x.dtype, device=x.device)
 
@@ -88,7 +89,7 @@ def kmeans_plus_plus(x: torch.Tensor, k: int, seed: int = 0) -> torch.Tensor:
 def init_codes(x: torch.Tensor, k: int, how: str = "farthest_first", seed: int = 0) -> torch.Tensor:
     """k initial codes from the rows of x (N, d): `farthest_first` (the paper's choice) or `kmeans++`."""
     if how not in INITS:
-        raise ValueError(f"init must be one of {', '.join(INITS)}, got {how!r}.")
+        raise RunError(f"init must be one of {', '.join(INITS)}, got {how!r}.")
     return farthest_first(x, k, seed) if how == "farthest_first" else kmeans_plus_plus(x, k, seed)
 
 
@@ -132,7 +133,7 @@ class EMACodebook(nn.Module):
                  dead_threshold: float = 0.1, reseed: str = "largest_error", seed: int = 0):
         super().__init__()
         if reseed not in RESEEDS:
-            raise ValueError(f"reseed must be one of {', '.join(RESEEDS)}, got {reseed!r}.")
+            raise RunError(f"reseed must be one of {', '.join(RESEEDS)}, got {reseed!r}.")
         self.n_codes, self.dim = n_codes, dim
         self.decay, self.eps, self.dead_threshold = decay, eps, dead_threshold
         self.reseed, self.seed = reseed, int(seed)
@@ -148,7 +149,7 @@ class EMACodebook(nn.Module):
     def init_(self, codes: torch.Tensor, count: float = 1.0) -> None:
         """Seed the codes with `codes` (K, dz); every EMA count starts at `count`."""
         if codes.shape != self.embed.shape:
-            raise ValueError(f"Codebook init expected codes of shape {tuple(self.embed.shape)}, got {tuple(codes.shape)}.")
+            raise RunError(f"Codebook init expected codes of shape {tuple(self.embed.shape)}, got {tuple(codes.shape)}.")
         self.broadcast_fn(codes)
         self.embed.copy_(codes)
         self.cluster_size.fill_(count)
@@ -306,7 +307,7 @@ class VQModel(nn.Module):
         row scale of the raw rows x (B, d) that h stands for (needed with row_norm only)."""
         if self.row_norm:
             if x is None:
-                raise ValueError("denormalize needs the raw rows x when rows are normalised one by one.")
+                raise RunError("denormalize needs the raw rows x when rows are normalised one by one.")
             h = h * self.row_scale(x)
         return h * self.norm_scale + self.norm_mean  # (B, d)
 

@@ -182,7 +182,7 @@ class VQLC(ModuleMethod):
         self.check_fitted("model_")
         X = torch.as_tensor(np.asarray(X) if not isinstance(X, torch.Tensor) else X, dtype=torch.float32)
         if X.ndim != 2 or X.shape[1] != self.n_features_in_:
-            raise ValueError(f"VQLC expects an (N, {self.n_features_in_}) array, got shape {tuple(X.shape)}.")
+            raise RunError(f"VQLC expects an (N, {self.n_features_in_}) array, got shape {tuple(X.shape)}.")
         return X
 
     @torch.no_grad()

@@ -9,9 +9,11 @@ Every piece of text that reaches HTML here goes through `html.escape`; the pages
 from __future__ import annotations
 
 import colorsys
+import logging
 import html
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -21,6 +23,7 @@ from vqlc_core.base.runio import read_json, write_json
 from vqlc_core.methods.concepts import train_mask
 from vqlc_core.views.wordclouds import cloud_path, concept_cloud
 
+log = logging.getLogger(__name__)
 _GOLDEN = 0.618033988749895  # successive concept ids get well-separated hues
 COST_COLUMNS = ["method", "fit_time_s", "peak_rss_mb", "n_fit_rows", "perplexity", "dead_codes", "mean_purity",
                 "test_prediction_distinct", "test_prediction_purity", "test_prediction_largest_share"]
@@ -183,7 +186,7 @@ def make_pin(explainer, text: str, method: str, n_prediction: int = 1, *, source
     concepts = explainer.methods[method][1]
     shown = []
     for c in shown_concepts(ex, method, n_prediction):
-        r = explainer.ablate_concepts(text, method, [c["concept"]])
+        r = explainer.ablate(text, method, [c["concept"]])
         shown.append({**c, "delta": r["delta"], "new_prediction": r["prediction"], "new_confidence": r["confidence"]})
     ids = ex["methods"][method]["word_concepts"]
     return {**(source or {}), "text": text, "method": method, "prediction": ex["prediction"],
@@ -209,9 +212,10 @@ def precompute_clouds(run, method: str, n: int | None = None) -> int:
     """Draw and store the word clouds of `method`'s concepts (those with words, the first `n` in
     the Concepts grid's order; all when None), so no page draws one on a first visit. Returns how
     many were drawn now (a cloud already stored is kept). Meant for the build's `maps` stage."""
-    summary = run.concept_set(method).summary
+    cs = run.concept_set(method)
+    summary = cs.summary
     drawn = 0
-    for k in [int(k) for k in summary.loc[summary["size"] > 0, "concept"]][:n]:
+    for k in cs.used_ids()[:n]:
         words = summary.at[k, "top_words"]
         if not cloud_path(run.dir, method, k, words).exists():
             drawn += concept_cloud(run.dir, method, k, words) is not None
@@ -228,7 +232,7 @@ def precompute_example(run, text: str = EXAMPLE) -> dict:
     """Explain `text` with every built method, store the explanation in the run (`EXAMPLE_FILE`)
     and draw the word clouds of the concepts it shows. Meant for the build's `maps` stage."""
     methods = run.methods_built()
-    ex = run.explainer({m: (run.method(m), run.concept_set(m)) for m in methods}).explain(text).to_dict()
+    ex = run.explainer(methods).explain(text).to_dict()
     write_json(run.dir / EXAMPLE_FILE, {"text": text, "explanation": ex})
     for m in methods:
         summary = run.concept_set(m).summary
@@ -239,12 +243,10 @@ def precompute_example(run, text: str = EXAMPLE) -> dict:
 
 def precomputed_explanation(run_dir, text: str) -> dict | None:
     """The explanation of `text` the build stored in the run, if it stored one of this very text."""
-    from pathlib import Path
-
-
     path = Path(run_dir) / EXAMPLE_FILE
     try:
         stored = read_json(path) if path.exists() else None
     except Exception:  # an unreadable file is only a missed shortcut: the page explains live
+        log.warning("vqlc: the stored example explanation %s is unreadable; explaining live", path, exc_info=True)
         return None
     return stored["explanation"] if isinstance(stored, dict) and stored.get("text") == text else None

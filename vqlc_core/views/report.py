@@ -17,6 +17,7 @@ import zipfile
 import pandas as pd
 
 from vqlc_core.views.browse import PROVENANCE, concept_color
+from vqlc_core.base.runio import RunError
 
 FORMATS = ("png", "svg")
 _LATEX = {"\\": r"\textbackslash{}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
@@ -43,7 +44,7 @@ def _save(fig, fmt: str, pin: dict) -> bytes:
     """The figure as `fmt` bytes; the file's own metadata (PNG text, SVG metadata) says where the
     pin comes from, as the caption drawn in the figure does."""
     if fmt not in FORMATS:
-        raise ValueError(f"Unknown figure format '{fmt}'; choose one of {', '.join(FORMATS)}.")
+        raise RunError(f"Unknown figure format '{fmt}'; choose one of {', '.join(FORMATS)}.")
     buf = io.BytesIO()
     fig.savefig(buf, format=fmt, bbox_inches="tight",
                 metadata={"Title": f"vqlc case study: {pin['method']}", "Description": provenance_line(pin)})

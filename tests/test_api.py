@@ -1,0 +1,50 @@
+"""The public Python API: the README's "From Python" block runs as written on a small real run,
+and `open_run` and `Run.explainer` say what is wrong in one sentence."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import vqlc_core
+from tests.conftest import ROOT
+from tests.runcopy import linked_copy
+from vqlc_core import RunError, open_run
+
+
+def readme_block() -> str:
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## From Python"):]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+@pytest.mark.slow
+def test_the_readmes_python_example_runs_on_a_run_named_default(apptest_run, tmp_path, monkeypatch, capsys):
+    linked_copy(apptest_run.dir, tmp_path, "default")
+    monkeypatch.setenv("VQLC_CACHE_DIR", str(tmp_path))
+    exec(compile(readme_block(), "README.md", "exec"), {})
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[0] in apptest_run.class_names
+    assert out[1].startswith("VQLC prediction concept ") and "p = " in out[1]
+    assert out[3].startswith("confidence change ")
+    assert re.fullmatch(r"\(1, \d+, 384\)", out[4])  # MiniLM's width at the run's layer
+
+
+def test_everything_in_all_is_importable_from_the_package():
+    assert sorted(vqlc_core.__all__) == sorted(set(vqlc_core.__all__))
+    for name in vqlc_core.__all__:
+        assert getattr(vqlc_core, name) is not None, name
+
+
+def test_open_run_names_the_runs_there_when_one_is_missing(apptest_run, tmp_path):
+    linked_copy(apptest_run.dir, tmp_path, "mine")
+    with pytest.raises(RunError, match=r"No run 'nope' under .*; the runs there: mine \(`vqlc build` builds one\)\."):
+        open_run("nope", cache_dir=tmp_path)
+    assert open_run("mine", cache_dir=tmp_path).dir == tmp_path / "runs" / "mine"
+    assert open_run(apptest_run.dir).dir == apptest_run.dir  # a path works too
+
+
+def test_an_explainer_of_a_method_the_run_lacks_is_one_sentence(apptest_run):
+    with pytest.raises(RunError, match="has no finished method 'sae'; it has vqlc, kmeans, lacoat"):
+        apptest_run.explainer(methods=("vqlc", "sae"))
