@@ -15,9 +15,6 @@ PKG = ROOT / "vqlc_core"
 # Lowest first: a module may import its own subpackage and the ones before it, never one after.
 LAYERS = ("base", "data", "methods", "explain", "evaluate", "llm", "views", "build")
 MAX_LINES = 350
-# Function-level imports of vqlc_core modules are kept for one reason: the command line loads a
-# command's code when that command runs, so `vqlc --help` stays fast.
-LAZY_ALLOWED = {"vqlc_core.build.cli"}
 
 
 def _modules() -> dict[str, Path]:
@@ -100,8 +97,7 @@ def test_no_private_name_is_imported_from_another_module():
 
 
 def test_package_imports_sit_at_module_level():
-    lazy = sorted({f"{m} -> {t}" for m, p in _modules().items() if m not in LAZY_ALLOWED
-                   for t, _, top in _imports(m, p) if not top})
+    lazy = sorted({f"{m} -> {t}" for m, p in _modules().items() for t, _, top in _imports(m, p) if not top})
     assert lazy == [], "vqlc_core imports inside functions:\n" + "\n".join(lazy)
 
 

@@ -14,17 +14,27 @@ import argparse
 import logging
 import os
 import sys
+import time
 from dataclasses import MISSING, fields
 from pathlib import Path
 
-from vqlc_core.build.config import PRESETS, SECTIONS, BuildConfig, preset, section_fields
-from vqlc_core.build.stages import stage_names, stage_reads
+from vqlc_core.base import distributed
 from vqlc_core.base.options import field_default, field_flag
-from vqlc_core.base.runio import RunError
+from vqlc_core.base.runio import RunError, check_run_name, read_json
+from vqlc_core.build.config import PRESETS, SECTIONS, BuildConfig, preset, section_fields
+from vqlc_core.build.pipeline import build
+from vqlc_core.build.run import Run, cache_dir_default, list_runs
+from vqlc_core.build.stages import stage_names, stage_reads, stages_needed
+from vqlc_core.evaluate import sae_compare
+from vqlc_core.evaluate.tables import compare_table, run_tables
+from vqlc_core.llm import judge, labelling
+from vqlc_core.llm.judge import JudgeConfig
+from vqlc_core.llm.labelling import LabelConfig
+from vqlc_core.views import export_html
 
 log = logging.getLogger("vqlc_core")
 
-# command -> (help, the stages it runs: None = all, "through X" = the stages X needs, in order)
+# command -> (help, its last stage: it runs that stage and the ones it needs; None = every stage)
 COMMANDS = {
     "extract": ("load the data, fine-tune the model and write the activation store (stages texts, finetune, "
                 "extract)", "extract"),
@@ -34,14 +44,10 @@ COMMANDS = {
 
 
 def command_stages(command: str) -> list[str] | None:
-    """The stages `command` runs: all of them for build; for the others, the stages up to its
-    last one that it needs (every stage before it whose output a later stage of it reads)."""
+    """The stages `command` runs: all of them for build; for the others, its last stage and
+    every stage that one needs (the stage registry's `needs`)."""
     last = COMMANDS[command][1]
-    if last is None:
-        return None
-    names = stage_names(("vqlc",))
-    names = names[: names.index(last) + 1]
-    return [n for n in names if n != "classifier"]  # the classifier head is for explaining, not for the store
+    return None if last is None else stages_needed(last)
 
 
 def command_sections(command: str) -> tuple[str, ...]:
@@ -145,8 +151,6 @@ def parser() -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> BuildConfig:
     """The preset with the options given on the command line; cache_dir from $VQLC_CACHE_DIR
     when not given."""
-    from vqlc_core.build.run import Run, cache_dir_default
-
     skip = {"command", "preset", "force", "rebuild", "verbose"}
     overrides = {k: v for k, v in vars(args).items() if k not in skip}
     if overrides.get("cache_dir") is None:
@@ -161,9 +165,6 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
 
 def _run_dir(args: argparse.Namespace, name: str | None = None) -> Path:
     """The folder of run `name` (default: --run) in --cache-dir (default: $VQLC_CACHE_DIR or cache)."""
-    from vqlc_core.build.run import cache_dir_default
-    from vqlc_core.base.runio import check_run_name
-
     return (args.cache_dir or cache_dir_default()) / "runs" / check_run_name(name or args.run)
 
 
@@ -206,9 +207,6 @@ def _add_settings(p: argparse.ArgumentParser, settings) -> None:
 def _add_llm_commands(sub) -> None:
     """`judge` and `label`: LLM judges of the methods' concepts and LLM-written concept labels;
     their options come from `JudgeConfig` and `LabelConfig`."""
-    from vqlc_core.llm.judge import JudgeConfig
-    from vqlc_core.llm.labelling import LabelConfig
-
     p = _run_command(sub, "judge", "rate each method's concepts with one or more LLM judges on stratified dev "
                      "sentences (1 Poor .. 3 Good); writes llm/judge.json and llm/judge_ratings.parquet, prints "
                      "the table with each judge's parse rate and the agreement between judges")
@@ -220,9 +218,6 @@ def _add_llm_commands(sub) -> None:
 
 
 def _list_runs(cache_dir: Path | None) -> int:
-    from vqlc_core.build.run import cache_dir_default, list_runs
-    from vqlc_core.base.runio import read_json
-
     runs = list_runs(cache_dir)
     if not runs:
         print(f"No runs under {(cache_dir or cache_dir_default()) / 'runs'}; build one with `vqlc build`.")
@@ -236,11 +231,6 @@ def _list_runs(cache_dir: Path | None) -> int:
 
 
 def _export_html(args: argparse.Namespace) -> int:
-    import time
-
-    from vqlc_core.views import export_html
-    from vqlc_core.build.run import Run
-
     run_dir = _run_dir(args)
     if not (run_dir / "manifest.json").exists():
         raise RunError(f"No run '{args.run}' under {run_dir.parent}; `vqlc runs` lists the runs there.")
@@ -266,38 +256,25 @@ def _configure_logging(verbose: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args = parser().parse_args(argv)
-    from vqlc_core.base import distributed
-
     _configure_logging(args.verbose)
     try:
         if args.command == "runs":
             return _list_runs(args.cache_dir)
         if args.command == "report":
-            from vqlc_core.build.run import Run
-            from vqlc_core.evaluate.tables import compare_table, run_tables
-
             runs = [Run(_run_dir(args, name)) for name in [args.run, *(args.compare or [])]]
             print(compare_table(runs) if args.compare else run_tables(runs[0]), end="")
             return 0
         if args.command == "export-html":
             return _export_html(args)
         if args.command == "sae-compare":
-            from vqlc_core.build.run import Run
-            from vqlc_core.evaluate.sae_compare import command
-
-            print(command(Run(_run_dir(args))), end="")
+            print(sae_compare.command(Run(_run_dir(args))), end="")
             return 0
         if args.command in ("judge", "label"):
-            from vqlc_core.build.run import Run
-            from vqlc_core.llm import judge, labelling
-
             run = Run(_run_dir(args))
-            command = judge if args.command == "judge" else labelling
-            settings = judge.JudgeConfig if args.command == "judge" else labelling.LabelConfig
-            print(command.command(run, settings(**{f.name: getattr(args, f.name) for f in fields(settings)})), end="")
+            module = judge if args.command == "judge" else labelling
+            settings = JudgeConfig if args.command == "judge" else LabelConfig
+            print(module.command(run, settings(**{f.name: getattr(args, f.name) for f in fields(settings)})), end="")
             return 0
-        from vqlc_core.build.pipeline import build
-
         cfg = config_from_args(args)
         distributed.init()  # under torchrun: join the process group; one process: nothing
         if not distributed.is_main():

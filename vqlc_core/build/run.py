@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +84,7 @@ class Run:
             cfg = BuildConfig.from_json({**self.manifest.data["config"], "run": self.dir.name,
                                          "cache_dir": str(self.dir.parent.parent)})
         self.cfg = cfg
-        self._backbone = self._store = self._classifier = self._finetuned_head = None
+        self._backbone = self._finetuned_head = None
 
     # --- parts ----------------------------------------------------------------------------
     @property
@@ -121,25 +122,15 @@ class Run:
     def finetuned_head(self, head) -> None:  # the finetune stage hands over what it trained
         self._finetuned_head = head
 
-    @property
+    # The stages that write the store and fit the classifier assign what they made (`run.store =
+    # store`); otherwise each is read from the run on first use.
+    @cached_property
     def store(self) -> ActivationStore:
-        if self._store is None:
-            self._store = ActivationStore(self.dir / "store")
-        return self._store
+        return ActivationStore(self.dir / "store")
 
-    @store.setter
-    def store(self, store: ActivationStore) -> None:  # the extract stage hands over what it wrote
-        self._store = store
-
-    @property
+    @cached_property
     def classifier(self) -> Classifier:
-        if self._classifier is None:
-            self._classifier = Classifier.load(self.dir / "classifier", self.backbone)
-        return self._classifier
-
-    @classifier.setter
-    def classifier(self, clf: Classifier) -> None:  # the classifier stage hands over what it fitted
-        self._classifier = clf
+        return Classifier.load(self.dir / "classifier", self.backbone)
 
     @property
     def classifier_metrics(self) -> dict:

@@ -46,6 +46,7 @@ class Stage:
     sections: tuple[str, ...] = ()  # ...every setting of these config sections
     sharded: bool = False  # every rank runs it under torchrun (else rank 0 alone)
     per_method: bool = False  # one stage per chosen concept method
+    needs: tuple[str, ...] = ()  # the stages whose output it reads ("method": every method stage)
 
 
 # --- the stages ------------------------------------------------------------------------------
@@ -191,19 +192,23 @@ def stage_maps(run, name: str) -> dict:
 STAGES: tuple[Stage, ...] = (
     Stage("texts", stage_texts, ("texts.parquet",), ("seed",), sections=("data",)),
     Stage("finetune", stage_finetune, ("finetune/*",), ("model", "pooling", "max_length", "seed"),
-          sections=("finetune",)),
+          sections=("finetune",), needs=("texts",)),
     Stage("extract", stage_extract, ("store/store.json", "store/tokens.parquet", "store/vectors_*.npy",
                                      "store/final.npy"),
-          ("model", "layer", "pooling", "aggregation", "max_length", "dtype"), sharded=True),
-    Stage("classifier", stage_classifier, ("classifier/*",), ("seed",)),
-    Stage("fitset", stage_fitset, ("fitset.npy",), ("seed",), sections=("fitset",)),
+          ("model", "layer", "pooling", "aggregation", "max_length", "dtype"), sharded=True,
+          needs=("texts", "finetune")),
+    Stage("classifier", stage_classifier, ("classifier/*",), ("seed",), needs=("finetune", "extract")),
+    Stage("fitset", stage_fitset, ("fitset.npy",), ("seed",), sections=("fitset",), needs=("extract",)),
     Stage("method", stage_method, ("methods/{name}/*.npy", "methods/{name}/*.json", "methods/{name}/summary.parquet",
                                    "methods/{name}/model/*", "methods/{name}/seeds/*/*.npy",
                                    "methods/{name}/seeds/*/*.json", "methods/{name}/seeds/*/summary.parquet",
                                    "methods/{name}/seeds/*/model/*"),
-          ("n_concepts", "concept_vectors", "seed", "seeds"), sharded=True, per_method=True),
-    Stage("evaluate", stage_evaluate, ("eval/*",), ("methods", "seed", "seeds"), sections=("eval",)),
-    Stage("maps", stage_maps, ("methods/*/map.parquet", "methods/*/top_activations.parquet"), ("methods", "seed")),
+          ("n_concepts", "concept_vectors", "seed", "seeds"), sharded=True, per_method=True,
+          needs=("extract", "fitset")),
+    Stage("evaluate", stage_evaluate, ("eval/*",), ("methods", "seed", "seeds"), sections=("eval",),
+          needs=("classifier", "method")),
+    Stage("maps", stage_maps, ("methods/*/map.parquet", "methods/*/top_activations.parquet"), ("methods", "seed"),
+          needs=("classifier", "method")),
 )
 
 
@@ -236,6 +241,18 @@ def stage_reads(name: str) -> tuple[str, ...]:
     st = stage_of(name)
     own = tuple(n for s in st.sections for n, _ in section_fields(SECTIONS[s]))
     return st.reads + own + (method_class(name).option_names() if st.per_method else ())
+
+
+def stages_needed(name: str, methods=None) -> list[str]:
+    """Stage `name` and every stage it needs, directly or through others, in build order."""
+    methods = method_names() if methods is None else methods
+    want, todo = set(), [name]
+    while todo:
+        n = todo.pop()
+        if n not in want:
+            want.add(n)
+            todo += [m for need in stage_of(n).needs for m in (methods if need == "method" else (need,))]
+    return [n for n in stage_names(methods) if n in want]
 
 
 def stage_globs(name: str) -> list[str]:

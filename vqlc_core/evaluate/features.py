@@ -22,11 +22,6 @@ TOP_FILE = "top_activations.parquet"
 COLUMNS = ["concept", "rank", "row", "activation"]
 
 
-def has_activations(method) -> bool:
-    """Whether `method` gives every row graded activations of several features (`encode`)."""
-    return callable(getattr(method, "encode", None))
-
-
 def _keep_top(latent: np.ndarray, act: np.ndarray, row: np.ndarray, n: int):
     """The `n` largest activations per latent (ties: lower row first), sorted by latent, then
     activation descending."""
@@ -63,7 +58,7 @@ def write_top(run, method_name: str, n: int = 10) -> int:
     """Write the top-activation table of a built method with activations (train word rows only:
     the rows that shape concepts); returns the number of features in it, 0 for other methods."""
     method = run.method(method_name)
-    if not has_activations(method):
+    if not method.encodes:  # the method's declared capability: graded activations through `encode`
         return 0
     store = run.store
     t = store.tokens

@@ -115,7 +115,7 @@ def method_comparison(run, name: str, method, cs, seed: int = 0) -> dict:
     test_texts = (texts["split"] == "test").to_numpy()
     share = np.asarray((bags[test_texts] > 0).mean(0)).ravel()  # (K,) share of test sentences it fires on
     dev = store.rows_where(split="dev")
-    r2 = method.score_store(store, dev)["r2"] if hasattr(method, "encode") else None
+    r2 = method.score_store(store, dev)["r2"] if method.encodes else None
     return {
         "n_features": K,
         "l0": float(on_test_words.sum() / max(test_word.sum(), 1)),

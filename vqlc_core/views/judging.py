@@ -12,6 +12,7 @@ import pandas as pd
 
 from vqlc_core.llm.judge_results import decimal, load_results, percent, stale_methods
 from vqlc_core.llm.labels import labels_frame, read_labels
+from vqlc_core.views.charts import error_bars
 
 TABLE_COLUMNS = ("role", "method", "n", "mean", "low", "high", "rank", "from_letters")  # a judge's table, shown
 RATING_COLUMNS = ["judge", "letter", "method", "role", "concept", "word", "view", "rating", "reason"]  # a sentence's
@@ -44,7 +45,7 @@ def judge_view(name: str, j: dict) -> JudgeView:
     by_letter = position.get("by_letter")
     table = pd.DataFrame(j["table"])
     shown = table[[c for c in TABLE_COLUMNS if c in table]]
-    bars = table.assign(plus=table["high"] - table["mean"], minus=table["mean"] - table["low"]) if len(table) else table
+    bars = table.assign(**dict(zip(("plus", "minus"), error_bars(table, "mean", "low", "high")))) if len(table) else table
     return JudgeView(name=name, source=f"{ep.get('model', '?')} at {ep.get('server') or ep.get('base_url') or '?'}",
                      parse_rate=percent(j.get("parse_rate")), parsed=j["parsed"], requests=j["requests"],
                      unparseable=j["unparseable"], identical_alike=percent(j.get("identical_rated_alike")),
