@@ -5,7 +5,15 @@ set -euo pipefail
 cd "$(dirname "$0")"
 scripts/setup.sh requirements.txt
 export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}" TRANSFORMERS_OFFLINE="${TRANSFORMERS_OFFLINE:-1}"
-.venv/bin/python -m vqlc_core build --preset default "$@"
+# With no arguments a fully built default run is served as it is (whatever settings it was built
+# with, e.g. --seeds 0 1 2 for the README's results); otherwise the build makes or finishes it.
+if [ $# -gt 0 ] || ! .venv/bin/python -c "
+import sys
+from vqlc_core.build.run import cache_dir_default, is_built
+run = cache_dir_default() / 'runs' / 'default'
+sys.exit(0 if (run / 'manifest.json').exists() and is_built(run) else 1)" 2>/dev/null; then
+  .venv/bin/python -m vqlc_core build --preset default "$@"
+fi
 ADDRESS="${VQLC_ADDRESS:-127.0.0.1}"
 PORT="${VQLC_PORT:-8501}"
 echo "vqlc: serving the dashboard on http://$ADDRESS:$PORT"
