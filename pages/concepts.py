@@ -1,5 +1,6 @@
-"""Concepts: a paginated grid of word clouds (or word lists) for one method, search by word, one
-concept's view, and the method's concepts as one HTML file to share (`vqlc export-html`)."""
+"""Concepts: a paginated grid of word clouds (or word lists) for one method, search by word, a
+filter by aligned linguistic tag and a sort (size, purity, alignment, faithfulness), one concept's
+view, and the method's concepts as one HTML file to share (`vqlc export-html`)."""
 
 import html
 from functools import partial
@@ -7,6 +8,7 @@ from functools import partial
 import streamlit as st
 
 import vqlc_ui
+from vqlc_ui import tags
 from vqlc_core.views import browse, export_html
 from vqlc_core.data.corpus import concepts_with_word
 from vqlc_core.methods.concepts import is_prediction_concept, prediction_examples
@@ -29,6 +31,9 @@ if query.strip():
     hits = concepts_with_word(vqlc_ui.tokens(rd, sp), cs.assignments, query)
     st.caption(f"{len(hits)} concept(s) hold '{html.escape(query.strip())}'.")
     ids = [int(k) for k in hits["concept"]]
+with vqlc_ui.guard():
+    ids = tags.filter_and_sort(run, method, sp, ids)
+tags.missing_caption(run)
 
 chosen = st.session_state.get("concept")
 if chosen is not None and st.session_state.get("concept_method") == method and 0 <= chosen < cs.n_concepts:
@@ -47,6 +52,7 @@ for i, k in enumerate(shown):
     with cols[i % 4].container(border=True):
         st.markdown(f"**{vqlc_ui.plain(cs.label(k))}**  \n{int(row['size'])} members, purity {row['purity']:.2f} "
                     f"({vqlc_ui.plain(str(row['dominant_class']))})")
+        tags.tags_caption(run, method, k, sp)
         if is_prediction_concept(row):
             for t in prediction_examples(vqlc_ui.texts(rd, sp), row, n=3):
                 st.caption(vqlc_ui.plain(t))

@@ -27,6 +27,7 @@ from vqlc_core.build.run import Run, cache_dir_default, list_runs
 from vqlc_core.build.stages import stage_names, stage_reads, stages_needed
 from vqlc_core.evaluate import sae_compare
 from vqlc_core.evaluate.tables import compare_table, run_tables
+from vqlc_core.evaluate.tag_alignment import ALIGN_THRESHOLD
 from vqlc_core.llm import judge, labelling
 from vqlc_core.llm.judge import JudgeConfig
 from vqlc_core.llm.labelling import LabelConfig
@@ -129,6 +130,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--compare", nargs="+", metavar="RUN", default=None,
                    help="instead of the run's tables, one table of --run beside these runs (e.g. a frozen and a "
                         "fine-tuned model): accuracy, prediction concepts, faithfulness against the controls, stage times")
+    p.add_argument("--align-threshold", type=float, default=ALIGN_THRESHOLD, metavar="SHARE",
+                   help="the share of a concept's tagged train members that must carry one linguistic tag for the "
+                        "concept to be aligned with it (ConceptX's default 0.9), for the aligned-concept table")
     p = _run_command(sub, "export-html", "write one self-contained HTML file of a method's concepts (grid, word "
                      "clouds, top words, contexts, class distribution) and the run's faithfulness table; it opens "
                      "in a browser with no server or network")
@@ -262,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
             return _list_runs(args.cache_dir)
         if args.command == "report":
             runs = [Run(_run_dir(args, name)) for name in [args.run, *(args.compare or [])]]
-            print(compare_table(runs) if args.compare else run_tables(runs[0]), end="")
+            print(compare_table(runs) if args.compare else run_tables(runs[0], args.align_threshold), end="")
             return 0
         if args.command == "export-html":
             return _export_html(args)

@@ -11,6 +11,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from vqlc_core.build.config import BuildConfig, build_command
@@ -27,6 +28,7 @@ from vqlc_core.explain.explainer import Explainer
 from vqlc_core.llm.labels import LabelBook
 from vqlc_core.methods.base import method_class
 from vqlc_core.methods.concepts import ConceptSet
+from vqlc_core.evaluate import tag_alignment
 
 FORMAT_VERSION = 3  # of the manifest and the run layout; 2: one config per stage, one method format;
 # 3: a fine-tuning stage, train-only concepts with their mean, final features in the store
@@ -166,7 +168,53 @@ class Run:
         cs = ConceptSet.load(self.method_dir(method, seed), n_rows=self.store.n_rows, dim=self.store.dim)
         if self.method_dir(method, seed) == self.method_dir(method):  # labels name the shown seed's concepts
             cs.labels = LabelBook(self.dir, method)
+        if self.tags is not None:  # an unlabelled concept is named by its aligned tag
+            cs.tag_names = tag_alignment.tag_names(self.tag_profiles(method, seed, cs))
         return cs
+
+    # --- linguistic tags (the `annotate` stage) ------------------------------------------------
+    @cached_property
+    def tags(self) -> pd.DataFrame | None:
+        """Every store row's linguistic tags (store/tags.parquet), or None before `annotate` ran."""
+        if not self.manifest.is_complete("annotate"):
+            return None
+        return read_parquet(self.dir / "store" / "tags.parquet")
+
+    @property
+    def missing_tag_sets(self) -> dict[str, str]:
+        """Tag sets the `annotate` stage could not make, each with why (say so on the pages)."""
+        return self.manifest.data["stages"].get("annotate", {}).get("missing", {})
+
+    def tag_profiles(self, method: str, seed: int | None = None, cs: ConceptSet | None = None,
+                     threshold: float = tag_alignment.ALIGN_THRESHOLD) -> pd.DataFrame:
+        """Each concept's tag profile and alignment over its train members (`tag_alignment`)."""
+        if self.tags is None:
+            raise RunError(f"Run '{self.dir.name}' has no linguistic tags yet; build it again "
+                           f"(`vqlc build --run {self.dir.name}`) to run the annotate stage.")
+        cs = cs if cs is not None else ConceptSet.load(self.method_dir(method, seed), n_rows=self.store.n_rows,
+                                                       dim=self.store.dim)
+        return tag_alignment.concept_profiles(cs.assignments, cs.n_concepts, self.tags, self.train_rows,
+                                              threshold=threshold)
+
+    @cached_property
+    def train_rows(self) -> np.ndarray:
+        """The store rows of train texts, the rows concepts are shaped by."""
+        return self.store.rows_where(split="train")
+
+    def alignment_table(self, threshold: float = tag_alignment.ALIGN_THRESHOLD) -> pd.DataFrame:
+        """Aligned concepts per method and tag set, over the build's seeds (`tag_alignment.comparison`)."""
+        per_seed = {}
+        for m in self.methods_built():
+            frames = []
+            for seed in self.cfg.method_seeds:
+                if not self.method_dir(m, seed).joinpath("assignments.npy").exists():
+                    continue
+                cs = ConceptSet.load(self.method_dir(m, seed), n_rows=self.store.n_rows, dim=self.store.dim)
+                n = tag_alignment.considered(cs.assignments, cs.n_concepts, self.train_rows)
+                counts = tag_alignment.alignment_counts(self.tag_profiles(m, seed, cs, threshold), n)
+                frames.append(counts.assign(considered=n))
+            per_seed[m] = frames
+        return tag_alignment.comparison(per_seed, seed=self.cfg.seed)
 
     def method(self, name: str, seed: int | None = None):
         """The fitted concept method `name` (of `seed`, default: the shown one)."""

@@ -26,6 +26,7 @@ from vqlc_core.data.datasets import load_dataset, split_dataset
 from vqlc_core.data.extract import build_store
 from vqlc_core.data.finetune import finetune
 from vqlc_core.data.store import cap_fit_set, fit_set_rows
+from vqlc_core.data.tags import annotate
 from vqlc_core.evaluate.evaluation import evaluate
 from vqlc_core.evaluate.features import write_top
 from vqlc_core.explain.baseline import class_means, neutral_baseline
@@ -100,8 +101,6 @@ def stage_classifier(run, name: str) -> dict:
     texts, bb = run.texts, run.backbone
     if bb.is_classifier:
         clf = Classifier(bb, run.class_names)
-        proba = np.concatenate([clf.predict_proba(texts["text"].iloc[i : i + 32].tolist())
-                                for i in range(0, len(texts), 32)])
     else:
         feats = run.store.final_features()  # (n_texts, d), from the extraction's forward
         if len(feats) != len(texts):
@@ -113,8 +112,7 @@ def stage_classifier(run, name: str) -> dict:
             train = (texts["split"] == "train").to_numpy()
             clf = Classifier.train(bb, feats[train], texts["label"].to_numpy()[train], run.class_names,
                                    seed=run.cfg.seed)
-        proba = clf.head_proba(feats)
-    pred = proba.argmax(1)
+    pred = text_proba(run, clf).argmax(1)
     acc = {s: float((pred[m] == texts["label"].to_numpy()[m]).mean())
            for s in ("train", "dev", "test") if (m := (texts["split"] == s).to_numpy()).any()}
     clf.save(run.dir / "classifier")
@@ -125,6 +123,15 @@ def stage_classifier(run, name: str) -> dict:
     return {"accuracy": acc, "ig_baseline_probabilities": [round(p, 3) for p in facts["calibration_probabilities"]]}
 
 
+def text_proba(run, clf) -> np.ndarray:
+    """(n_texts, n_classes) the classifier's probabilities for every text of the run, in text
+    order: from the store's final features, or (a sequence-classification model) a forward pass."""
+    if clf.backbone.is_classifier:
+        texts = run.texts["text"]
+        return np.concatenate([clf.predict_proba(texts.iloc[i : i + 32].tolist()) for i in range(0, len(texts), 32)])
+    return clf.head_proba(run.store.final_features())
+
+
 def _neutral_baseline(run, clf, n_texts: int = 32):
     """Integrated Gradients' neutral baseline state for `clf` (see `baseline.py`), fitted on a
     seeded sample of train texts."""
@@ -133,6 +140,16 @@ def _neutral_baseline(run, clf, n_texts: int = 32):
     train = run.texts[run.texts["split"] == "train"]["text"].to_numpy()
     pick = np.random.default_rng(run.cfg.seed).choice(len(train), size=min(n_texts, len(train)), replace=False)
     return neutral_baseline(explainer, [str(t) for t in train[np.sort(pick)]], class_means(run.store))
+
+
+def stage_annotate(run, name: str) -> dict:
+    """Linguistic tags of every store row (`tags.py`): store/tags.parquet, row for row."""
+    predicted = text_proba(run, run.classifier).argmax(1)
+    ann = annotate(run.texts, run.store.tokens, run.class_names, predicted)
+    write_parquet(run.dir / "store" / "tags.parquet", ann.table)
+    known = {s: round(float(ann.table[s].notna().mean()), 3) for s in ann.table.columns}
+    return {"tag_sets": [s for s in ann.table.columns if s not in ann.missing], "missing": ann.missing,
+            "tagged_share": known}
 
 
 def stage_fitset(run, name: str) -> dict:
@@ -198,6 +215,7 @@ STAGES: tuple[Stage, ...] = (
           ("model", "layer", "pooling", "aggregation", "max_length", "dtype"), sharded=True,
           needs=("texts", "finetune")),
     Stage("classifier", stage_classifier, ("classifier/*",), ("seed",), needs=("finetune", "extract")),
+    Stage("annotate", stage_annotate, ("store/tags.parquet",), ("seed",), needs=("texts", "extract", "classifier")),
     Stage("fitset", stage_fitset, ("fitset.npy",), ("seed",), sections=("fitset",), needs=("extract",)),
     Stage("method", stage_method, ("methods/{name}/*.npy", "methods/{name}/*.json", "methods/{name}/summary.parquet",
                                    "methods/{name}/model/*", "methods/{name}/seeds/*/*.npy",

@@ -9,8 +9,9 @@ from itertools import combinations
 import numpy as np
 import pandas as pd
 
-from vqlc_core.base.runio import read_json, write_json, write_parquet
-from vqlc_core.evaluate.faithfulness import faithfulness, matched_differences, paired_differences, summarize_faithfulness
+from vqlc_core.base.runio import read_json, read_parquet, write_json, write_parquet
+from vqlc_core.evaluate.faithfulness import (PREDICTION, faithfulness, matched_differences, paired_differences,
+                                              summarize_faithfulness)
 from vqlc_core.methods.concepts import train_mask
 from vqlc_core.methods.metrics import assignment_ami, centroid_r2, codebook_perplexity, dead_codes
 
@@ -83,11 +84,34 @@ def faithfulness_sentences(texts, n: int, seed: int = 0) -> list[str]:
     """The test split's texts for the faithfulness table: all of them, or a seeded sample of n in
     text order. (The first n would do for a shuffled corpus, but MR lists one class first: its
     first 200 test sentences are all positive.)"""
-    test = texts[texts["split"] == "test"]["text"].tolist()
+    by_id = dict(zip(texts["text_id"].tolist(), texts["text"].tolist()))
+    return [by_id[t] for t in faithfulness_text_ids(texts, n, seed)]
+
+
+def faithfulness_text_ids(texts, n: int, seed: int = 0) -> list[int]:
+    """The text ids of `faithfulness_sentences`, in the same order (its rows' `text_index`)."""
+    test = texts[texts["split"] == "test"]["text_id"].tolist()
     if n >= len(test):
         return test
     pick = np.sort(np.random.default_rng(seed).choice(len(test), size=n, replace=False))
     return [test[i] for i in pick]
+
+
+def concept_faithfulness(run, method: str) -> pd.Series:
+    """Per concept of `method` (shown seed): the mean confidence drop of the faithfulness rows
+    where it was the sentence's prediction concept (the concept the store gives the sentence's
+    prediction row); NaN for a concept that is no test sentence's prediction concept."""
+    cs = run.concept_set(method)
+    rows = read_parquet(run.dir / "eval" / "faithfulness_rows.parquet")
+    rows = rows[(rows["method"] == method) & (rows["target"] == PREDICTION)
+                & (rows["seed"] == run.cfg.method_seeds[0])]
+    ids = np.asarray(faithfulness_text_ids(run.texts, run.cfg.eval.faithfulness_texts, run.cfg.seed))
+    tok = run.store.tokens
+    pred_row = pd.Series(np.flatnonzero((tok["kind"] == "pred").to_numpy()),
+                         index=tok.loc[tok["kind"] == "pred", "text_id"].to_numpy())
+    concept = cs.assignments[pred_row.reindex(ids[rows["text_index"].to_numpy()]).to_numpy()]
+    return pd.Series(rows["conf_drop"].to_numpy(), index=concept).groupby(level=0).mean() \
+        .reindex(range(cs.n_concepts))
 
 
 def train_covariance(store, n: int = 20000, seed: int = 0) -> np.ndarray:

@@ -11,6 +11,7 @@ import math
 import pandas as pd
 
 from vqlc_core.evaluate.faithfulness import PREDICTION, SALIENT, TARGETS
+from vqlc_core.evaluate.tag_alignment import ALIGN_THRESHOLD, alignment_markdown
 from vqlc_core.base.runio import RunError, read_json, read_parquet
 from vqlc_core.methods.base import display_name
 
@@ -165,8 +166,8 @@ def concepts_table(run) -> str:
     return _md(pd.DataFrame(rows))
 
 
-def run_tables(run) -> str:
-    """Every table of a finished run, as markdown."""
+def run_tables(run, align_threshold: float = ALIGN_THRESHOLD) -> str:
+    """Every table of a finished run, as markdown (the tag alignment at `align_threshold`)."""
     if not run.manifest.is_complete("evaluate"):
         raise RunError(f"Run '{run.dir.name}' has no finished 'evaluate' stage; build it first with "
                        f"`vqlc build --run {run.dir.name}`.")
@@ -177,7 +178,8 @@ def run_tables(run) -> str:
              "energy closest to the target's):", matched_table(run),
              "Against energy-matched controls, per predicted class:", matched_table(run, by_class=True),
              "Faithfulness per predicted class:", by_class_table(run),
-             "Paired differences (same sentences and seeds):", paired_table(run), "Concepts:", concepts_table(run)]
+             "Paired differences (same sentences and seeds):", paired_table(run), "Concepts:", concepts_table(run),
+             alignment_markdown(run, align_threshold)]
     return "\n\n".join(p for p in parts if p) + "\n"
 
 

@@ -117,6 +117,7 @@ class ConceptSet:
     info: dict = field(default_factory=dict)  # fit time, peak memory, measures
     mean: np.ndarray | None = None  # (d,) mean state of the train rows; None in sets saved before it existed
     labels: object = field(default=None, repr=False, compare=False)  # a labels.LabelBook, see Run.concept_set
+    tag_names: dict = field(default_factory=dict, repr=False, compare=False)  # concept -> aligned tag, see Run
 
     @property
     def n_concepts(self) -> int:
@@ -208,10 +209,13 @@ class ConceptSet:
 
     def label(self, k: int, n: int = 3) -> str:
         """A short human name for concept k: its label (`vqlc label`, or one the user wrote, marked
-        '(edited)') when it has one, else its top `n` words."""
+        '(edited)') when it has one, else the linguistic tag it is aligned with, marked 'from tags'
+        (`tag_alignment`), else its top `n` words."""
         name = self.labels.name(k) if self.labels is not None else None
         if name:
             return f"c{k}: {name}"
+        if k in self.tag_names:
+            return f"c{k}: {self.tag_names[k]}"
         words = [w for w, _ in self.top_words(k, n)]
         return f"c{k}: " + (", ".join(words) if words else "(prediction rows)")
 

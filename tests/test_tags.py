@@ -1,0 +1,222 @@
+"""Linguistic tags (ConceptX's human-defined concepts) of the store's words, and concepts aligned
+with them: hand-tagged sentences through MiniLM's real word split and spaCy's real English
+pipeline, synthetic concepts at and below the 90% threshold, a corpus in another language, and
+the annotate stage, report and Concepts page on the small real run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.conftest import run_cli
+from vqlc_core.base.runio import RunError
+from vqlc_core.data.tags import annotate, casing, polarity, position, suffix, word_offsets
+from vqlc_core.evaluate import tag_alignment as ta
+
+HAND = ["Mr. Smith didn't pay $5,000 for the well-known film in New York.",
+        "It's a wonderful, heart-breaking story; I can't recommend it enough!",
+        "The U.S. army won't tell us on 3 June 2020 ."]
+
+
+def store_rows(backbone, texts: list[str]) -> pd.DataFrame:
+    """The token table the extraction writes for `texts`: each text's words as the store splits
+    them (the model's word alignment), then its prediction row."""
+    _, words = backbone.tokenize(texts)
+    recs = []
+    for t, ws in enumerate(words):
+        recs += [(t, i, w.word, "word", t % 2) for i, w in enumerate(ws)] + [(t, -1, "[PRED]", "pred", t % 2)]
+    return pd.DataFrame(recs, columns=["text_id", "word_index", "word", "kind", "label"])
+
+
+@pytest.fixture(scope="module")
+def hand(minilm):
+    tok = store_rows(minilm, HAND)
+    ann = annotate(pd.DataFrame({"text_id": range(len(HAND)), "text": HAND}), tok, ["neg", "pos"],
+                   np.array([1, 0, 1]), progress=False)
+    return pd.concat([tok, ann.table], axis=1), ann
+
+
+def tags_of(df: pd.DataFrame, text_id: int, word: str, nth: int = 0) -> dict:
+    rows = df[(df["text_id"] == text_id) & (df["word"] == word)]
+    assert len(rows) > nth, f"the store has no {word!r} in text {text_id}: {df[df.text_id == text_id].word.tolist()}"
+    return {k: (None if pd.isna(v) else v) for k, v in rows.iloc[nth].items()}
+
+
+def test_names_punctuation_and_positions(hand):
+    df, ann = hand
+    assert ann.missing == {}
+    smith = tags_of(df, 0, "Smith")
+    assert (smith["pos"], smith["tag"], smith["ner"], smith["casing"]) == ("PROPN", "NNP", "PERSON", "Title")
+    assert tags_of(df, 0, "New")["ner"] == tags_of(df, 0, "York")["ner"] == "GPE"
+    assert tags_of(df, 0, "Mr")["position"] == "first" and tags_of(df, 0, "Smith")["position"] is None
+    end = tags_of(df, 0, ".", nth=1)  # "Mr." gives the first "."
+    assert (end["pos"], end["casing"], end["position"]) == ("PUNCT", "punct", "last")
+    assert tags_of(df, 1, "!")["position"] == "last"
+
+
+def test_a_word_spacy_merges_gets_the_merged_tokens_tags(hand):
+    df, _ = hand
+    # the store splits "Mr." and "5,000" and "U.S." at punctuation; spaCy keeps each whole
+    assert tags_of(df, 0, "Mr")["pos"] == tags_of(df, 0, ".")["pos"] == "PROPN"
+    for w in ("5", ",", "000"):
+        t = tags_of(df, 0, w)
+        assert (t["pos"], t["tag"], t["ner"]) == ("NUM", "CD", "MONEY"), (w, t)
+    assert {tags_of(df, 2, w)["ner"] for w in ("U", "S")} == {"GPE"}
+    assert tags_of(df, 0, "5")["casing"] == "number"
+
+
+def test_contractions_take_the_head_token_and_its_sentiment(hand):
+    df, _ = hand
+    # "didn't": the store has "didn" "'" "t", spaCy "did" "n't"; "didn" overlaps both and takes
+    # its head "did" (n't hangs off the verb, not off "did", so the first is taken)
+    assert tags_of(df, 0, "didn")["pos"] == "AUX"
+    assert tags_of(df, 0, "t")["pos"] == tags_of(df, 0, "'")["pos"] == "PART"
+    assert tags_of(df, 0, "t")["dep"] == "neg"
+    # "won't" is spaCy's "wo" + "n't": the store's "won" is not the verb "won", so no sentiment
+    won = tags_of(df, 2, "won")
+    assert won["pos"] == "AUX" and won["sentiment"] is None
+
+
+def test_hyphens_numbers_sentiment_and_suffixes(hand):
+    df, _ = hand
+    assert [tags_of(df, 0, w)["tag"] for w in ("well", "-", "known")] == ["RB", "HYPH", "VBN"]
+    assert [tags_of(df, 2, w)["ner"] for w in ("3", "June", "2020")] == ["DATE"] * 3
+    wonderful = tags_of(df, 1, "wonderful")
+    assert (wonderful["pos"], wonderful["sentiment"], wonderful["suffix"]) == ("ADJ", "positive", "-ful")
+    assert tags_of(df, 1, "breaking")["suffix"] == "-ing"
+    assert tags_of(df, 1, "story")["sentiment"] is None  # not in VADER's lexicon
+
+
+def test_prediction_rows_carry_the_predicted_and_true_class_only(hand):
+    df, _ = hand
+    pred = df[df["kind"] == "pred"]
+    assert pred["predicted"].tolist() == ["pos", "neg", "pos"]
+    assert pred["true"].tolist() == ["neg", "pos", "neg"]
+    assert pred[["pos", "ner", "casing", "sentiment"]].isna().all().all()
+    assert df.loc[df["kind"] == "word", ["predicted", "true"]].isna().all().all()
+
+
+def test_word_level_tags():
+    assert [casing(w) for w in ("film", "Film", "NASA", "iPhone", "2020", "...", "x2")] == \
+        ["lower", "Title", "UPPER", "mixed", "number", "punct", "lower"]
+    assert [suffix(w) for w in ("quickly", "sing", "nothing", "happiness", "red", "3ly")] == \
+        ["-ly", None, "-ing", "-ness", None, None]
+    assert [position(0, 5), position(4, 5), position(2, 5), position(0, 1)] == ["first", "last", None, "first"]
+    lex = {"great": 3.1, "bad": -2.5, "okay": 0.2}
+    assert [polarity(w, lex) for w in ("Great", "bad", "okay", "film")] == ["positive", "negative", "neutral", None]
+
+
+def test_word_offsets_follow_the_text_in_order():
+    text = "the cat saw the other cat"
+    assert word_offsets(text, ["the", "cat", "saw", "the", "other", "cat"]) == \
+        [(0, 3), (4, 7), (8, 11), (12, 15), (16, 21), (22, 25)]
+    assert word_offsets("a b", ["a", "zzz", "b"]) == [(0, 1), None, (2, 3)]
+
+
+def test_a_corpus_in_another_language_keeps_the_word_tag_sets(minilm):
+    texts = ["Der Film war leider viel zu lang und ziemlich langweilig.",
+             "Die Schauspieler spielen wunderbar, aber die Handlung ist schwach."]
+    tok = store_rows(minilm, texts)
+    ann = annotate(pd.DataFrame({"text_id": [0, 1], "text": texts}), tok, ["neg", "pos"], np.array([0, 1]),
+                   progress=False)
+    assert set(ann.missing) == {"pos", "tag", "ner", "dep", "sentiment"}
+    assert "not read as English" in ann.missing["pos"]
+    assert ann.table[["pos", "ner", "sentiment"]].isna().all().all()
+    words = (tok["kind"] == "word").to_numpy()
+    assert ann.table.loc[words, "casing"].notna().all()
+    assert ann.table.loc[tok["word_index"] == 0, "position"].eq("first").all()
+
+
+def synthetic(adj_share: float, n: int = 100, unknown: int = 0):
+    """Two concepts of n tagged members each: concept 0 with `adj_share` adjectives (the rest
+    nouns) and `unknown` untagged members, concept 1 all nouns."""
+    n_adj = int(round(adj_share * n))
+    pos = ["ADJ"] * n_adj + ["NOUN"] * (n - n_adj) + [None] * unknown + ["NOUN"] * n
+    assign = np.array([0] * (n + unknown) + [1] * n)
+    tags = pd.DataFrame({"pos": pd.Categorical(pos)})
+    return assign, tags
+
+
+@pytest.mark.parametrize("share, aligned", [(0.95, True), (0.9, True), (0.8, False)])
+def test_a_concept_is_aligned_with_adj_only_above_the_threshold(share, aligned):
+    assign, tags = synthetic(share)
+    p = ta.concept_profiles(assign, 2, tags, np.arange(len(assign)))
+    assert ta.concepts_aligned_with(p, "POS: ADJ") == ([0] if aligned else [])
+    assert ta.concepts_aligned_with(p, "POS: NOUN") == [1]
+    names = ta.tag_names(p)
+    assert (names.get(0) == "ADJ (POS, from tags)") == aligned
+    counts = ta.alignment_counts(p, considered=2).set_index("tag_set")
+    assert counts.loc["pos", "aligned"] == (2 if aligned else 1)
+
+
+def test_too_many_untagged_members_or_too_few_members_leave_a_concept_unaligned():
+    assign, tags = synthetic(1.0, n=50, unknown=40)  # 44% untagged
+    p = ta.concept_profiles(assign, 2, tags, np.arange(len(assign)))
+    assert ta.concepts_aligned_with(p, "POS: ADJ") == []
+    assign, tags = synthetic(1.0, n=50, unknown=30)  # 37.5% untagged: aligned
+    p = ta.concept_profiles(assign, 2, tags, np.arange(len(assign)))
+    assert ta.concepts_aligned_with(p, "POS: ADJ") == [0]
+    assign, tags = synthetic(1.0, n=ta.MIN_MEMBERS - 1)
+    p = ta.concept_profiles(assign, 2, tags, np.arange(len(assign)))
+    assert ta.concepts_aligned_with(p, "POS: ADJ") == []
+    with pytest.raises(RunError, match="threshold"):
+        ta.concept_profiles(assign, 2, tags, np.arange(len(assign)), threshold=1.5)
+
+
+def test_only_train_rows_shape_a_concepts_tags():
+    assign, tags = synthetic(0.8)
+    p = ta.concept_profiles(assign, 2, tags, np.flatnonzero(tags["pos"].to_numpy() != "NOUN"))
+    assert ta.concepts_aligned_with(p, "POS: ADJ") == [0]  # the nouns left out, the adjectives are all of it
+
+
+@pytest.mark.slow
+def test_the_annotate_stage_report_and_names_on_the_small_run(apptest_run):
+    run = apptest_run
+    tags = run.tags
+    assert tags is not None and len(tags) == run.store.n_rows
+    words = (run.store.tokens["kind"] == "word").to_numpy()
+    assert tags.loc[words, "pos"].notna().mean() > 0.9
+    assert tags.loc[~words, "predicted"].notna().all()
+    table = run.alignment_table()
+    assert set(table["method"]) == set(run.methods_built())
+    for m in run.methods_built():
+        cs = run.concepts(m)
+        p = run.tag_profiles(m, cs=cs)
+        for k, name in cs.tag_names.items():
+            assert cs.label(k).endswith("from tags)") or cs.labels.name(k)
+            tag_set, tag = next((s, t) for s, t, al in zip(p.loc[p.concept == k, "tag_set"],
+                                                           p.loc[p.concept == k, "tag"],
+                                                           p.loc[p.concept == k, "aligned"]) if al and name.startswith(t))
+            assert k in ta.concepts_aligned_with(p, ta.tag_label(tag_set, tag))
+    code, out, err = run_cli("report", "--run", run.dir.name, "--cache-dir", str(run.dir.parent.parent))
+    assert code == 0, err
+    assert "Concepts aligned with linguistic tags" in out and "| POS |" in out
+    code, out, err = run_cli("report", "--run", run.dir.name, "--cache-dir", str(run.dir.parent.parent),
+                             "--align-threshold", "1.5")
+    assert code == 2 and "threshold must be a share" in err and "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_the_concepts_page_filters_by_tag_and_cards_show_tags(cache_env):
+    from tests.test_pages import page, rendered
+
+    at = rendered(page("concepts"), "concepts")
+    f = next(s for s in at.sidebar.selectbox if s.label == "Aligned with tag")
+    assert f.options[0] == ta_any() and len(f.options) > 1
+    label = next(o for o in f.options[1:] if not o.startswith("casing"))
+    label = label.rsplit(" (", 1)[0]
+    f.select(label).run()
+    p = cache_env.tag_profiles("vqlc")
+    want = ta.concepts_aligned_with(p, label)
+    cards = [m.value for m in at.markdown if m.value.startswith("**c")]
+    assert [int(c[3:].split(":")[0]) for c in cards] == want[:24]
+    tag = label.split(": ", 1)[1]
+    shown = [c.value for c in at.caption if c.value.startswith("Tags:")]
+    assert len(shown) == len(cards) and all(tag in s and "✓" in s for s in shown)
+
+
+def ta_any():
+    from vqlc_ui.tags import ANY
+
+    return ANY

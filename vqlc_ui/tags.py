@@ -1,0 +1,92 @@
+"""Linguistic tags on the pages (the `annotate` stage, `tag_alignment`): each concept's strongest
+tags with their shares on its card, the filter by aligned tag and the sort of the Concepts page,
+and one sentence naming the tag sets a run could not make."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from vqlc_core.data.tags import TAG_SETS
+from vqlc_core.evaluate import tag_alignment
+from vqlc_core.evaluate.evaluation import concept_faithfulness
+
+from .loaders import concepts, load_run
+
+SORTS = ("id", "size", "purity", "alignment", "faithfulness")
+ANY = "any tag"
+
+
+def _plain(text: str) -> str:
+    from .views import plain
+
+    return plain(text)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def profiles(run_dir: str, _stamp: int, method: str) -> pd.DataFrame | None:
+    """The method's concept tag profiles, or None for a run without tags."""
+    run = load_run(run_dir, _stamp)
+    if run.tags is None:
+        return None
+    return run.tag_profiles(method, cs=concepts(run_dir, _stamp, method))
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def faithfulness(run_dir: str, _stamp: int, method: str) -> pd.Series:
+    """Per concept: the mean confidence drop when it is ablated as a test sentence's prediction
+    concept (the evaluation's rows, shown seed); NaN for a concept never one."""
+    return concept_faithfulness(load_run(run_dir, _stamp), method)
+
+
+def tags_caption(run, method: str, k: int, stamp: int) -> None:
+    """Concept k's strongest tags under its name ('Tags: ADJ (POS) 96% · ...'), if any."""
+    p = profiles(str(run.dir), stamp, method)
+    if p is None:
+        return
+    line = tag_alignment.tags_line(tag_alignment.top_tags(p, k))
+    if line:
+        st.caption(_plain("Tags: " + line), help="the share of the concept's train members with each tag, the tags most "
+                   "over-represented against the corpus first; ✓: the concept is aligned with the tag (at least "
+                   "90% of its tagged members carry it, as ConceptX)")
+
+
+def missing_caption(run) -> None:
+    """One sentence naming the tag sets this run could not make, and why."""
+    missing = run.missing_tag_sets
+    if missing:
+        whys = sorted(set(missing.values()))
+        st.caption(_plain(f"No {', '.join(TAG_SETS[s] for s in missing)} tags for this run: {'; '.join(whys)}."))
+
+
+def filter_and_sort(run, method: str, stamp: int, ids: list[int]) -> list[int]:
+    """The sidebar's tag filter and sort order applied to concept ids `ids`."""
+    rd = str(run.dir)
+    cs = concepts(rd, stamp, method)
+    p = profiles(rd, stamp, method)
+    if p is not None:
+        labels = tag_alignment.aligned_tag_labels(p)
+        counts = {lab: len(tag_alignment.concepts_aligned_with(p, lab)) for lab in labels}
+        choice = st.sidebar.selectbox("Aligned with tag", [ANY, *labels], key=f"tag_filter_{method}",
+                                      format_func=lambda s: s if s == ANY else f"{s} ({counts[s]})",
+                                      help="concepts at least 90% of whose tagged train members carry the tag")
+        if choice != ANY:
+            keep = set(tag_alignment.concepts_aligned_with(p, choice))
+            ids = [k for k in ids if k in keep]
+    else:
+        st.sidebar.caption("This run has no linguistic tags; build it again to add them.")
+    how = st.sidebar.selectbox("Sort by", SORTS, key=f"concept_sort_{method}",
+                               help="size: train members; purity: share of the dominant class; alignment: the share "
+                                    "of the concept's strongest tag (casing aside); faithfulness: the mean confidence drop when it "
+                                    "is ablated as a test sentence's prediction concept")
+    if how == "id":
+        return ids
+    if how in ("size", "purity"):
+        key = cs.summary[how]
+    elif how == "alignment":
+        # casing is left out: nearly every concept is all lower case
+        key = p[p["tag_set"] != "casing"].groupby("concept")["share"].max() if p is not None else pd.Series(dtype=float)
+    else:
+        key = faithfulness(rd, stamp, method)
+    key = key.reindex(range(cs.n_concepts))
+    return sorted(ids, key=lambda k: (pd.isna(key[k]), -(key[k] if not pd.isna(key[k]) else 0), k))
