@@ -5,7 +5,10 @@ import streamlit as st
 
 import vqlc_ui
 
-st.set_page_config(page_title="vqlc", page_icon=":material/hub:", layout="wide")
+# The tab icon is an emoji (drawn by the browser as a data: URL): a Material icon here is fetched
+# from fonts.gstatic.com, which fails offline and tells a third party the dashboard was opened.
+# The Material icons of pages and buttons are drawn from the font Streamlit serves itself.
+st.set_page_config(page_title="vqlc", page_icon="🧩", layout="wide")
 page = st.navigation([
     st.Page("pages/concepts.py", title="Concepts", icon=":material/cloud:", default=True),
     st.Page("pages/codebook_map.py", title="Codebook map", icon=":material/scatter_plot:"),

@@ -1,10 +1,26 @@
-"""Build: explains what a run is and builds the default preset with a progress bar."""
+"""Build: explains what a run is, lists the runs (those the other pages do not show, with what to do)
+and builds a preset with a progress bar."""
 
+import pandas as pd
 import streamlit as st
 
 import vqlc_ui
-from vqlc_core.build.config import PRESETS, preset
-from vqlc_core.build.run import runs_overview
+from vqlc_core.build.config import PRESETS, build_command, preset
+from vqlc_core.build.run import Run, has_a_method, is_built, runs_overview
+
+
+def run_status(path) -> str:
+    """Whether the pages show run `path`, and the command that finishes it when it is not fully built."""
+    if is_built(path):
+        return "ready"
+    try:
+        cmd = build_command(Run(path).rebuild_config())
+    except ValueError as e:  # a run this version cannot read (RunError): the sentence says what to do
+        return f"not shown: {e}"
+    if has_a_method(path):
+        return f"shown, not finished: finish it with {cmd}"
+    return f"not shown (no finished concept method): build it with {cmd}"
+
 
 vqlc_ui.app_navigation()
 name = st.sidebar.selectbox("Preset", sorted(PRESETS), index=sorted(PRESETS).index("default"))
@@ -17,10 +33,14 @@ st.markdown(
     f"command line does the same: `python -m vqlc_core build --preset {name}`.")
 runs = runs_overview(vqlc_ui.cache_dir())
 if len(runs):
+    runs["test accuracy"] = [f"{a:.3f}" if pd.notna(a) else "not built yet" for a in runs["test accuracy"]]
+    runs["what to do"] = [run_status(vqlc_ui.cache_dir() / "runs" / r) for r in runs["run"]]
     st.dataframe(runs, hide_index=True,
                  column_config={"word alignment": st.column_config.NumberColumn(
                      help="words the tokenizer aligns per word of a plain split of the text; a build refuses a "
-                          "model outside 0.70-1.60", format="%.3f")})
+                          "model outside 0.70-1.60", format="%.3f"),
+                     "what to do": st.column_config.TextColumn(
+                         help="a run with no finished concept method is not offered by the other pages")})
 else:
     st.caption("No run is built yet.")
 

@@ -1,6 +1,7 @@
-"""Case study: the pinned inputs and their concepts, exported as figures (PNG, SVG), tables
-(CSV, LaTeX) and a zip bundle with a Markdown report, each saying which run, model, layer, method
-and seed it shows. Pins are saved with the run (`<run>/ui/pins.json`), so they outlive the session and
+"""Case study: the pinned inputs as their page showed them (the concepts ablated there together and
+the prediction they gave, first), and each concept ablated alone, exported as figures (PNG, SVG),
+tables (CSV, LaTeX) and a zip bundle with a Markdown report, each saying which run, model, layer,
+method and seed it shows. Pins are saved with the run (`<run>/ui/pins.json`), so they outlive the session and
 everyone who opens the run sees them. Exports are drawn when downloaded; a download does not rerun
 the page."""
 
@@ -40,9 +41,15 @@ for i, pin in enumerate(pins, 1):
     with st.container(border=True):
         st.subheader(f"Pin {i}: {pin['method']}, {pin['prediction']} ({pin['confidence']:.3f})")
         st.caption(vqlc_ui.plain(report.provenance_line(pin)))
-        st.markdown(browse.colored_sentence_html(pin["text"], pin["words"], [w["concept"] for w in pin["words"]],
-                                                 pin["labels"]), unsafe_allow_html=True)
+        vqlc_ui.colored_sentence(pin["text"], pin["words"], [w["concept"] for w in pin["words"]], pin["labels"])
+        if together := pin.get("ablated"):
+            st.metric(f"Ablated {' + '.join(f'c{k}' for k in together['concepts'])} together: prediction",
+                      f"{together['new_prediction']} ({together['new_confidence']:.3f})",
+                      delta=f"{together['delta']:+.3f} on '{pin['prediction']}'",
+                      help="As the page showed it when it was pinned; the table then gives each concept alone.")
         st.dataframe(report.pins_table([pin]).drop(columns=["pin", *browse.PROVENANCE, "text"]), hide_index=True)
+        for k, line in sorted((int(k), v) for k, v in (pin.get("tags") or {}).items()):
+            st.caption(vqlc_ui.plain(f"c{k} tags: {line}"))
         cols = st.columns(5)
         for col, (name, draw, fmt, mime) in zip(cols, [
             ("Ablation PNG", report.ablation_figure, "png", "image/png"),
@@ -53,5 +60,5 @@ for i, pin in enumerate(pins, 1):
             col.download_button(name, partial(draw, pin, fmt), f"pin{i}_{name.split()[0].lower()}.{fmt}", mime,
                                 key=f"dl_{i}_{name}", on_click="ignore")
         if cols[4].button("Unpin", key=f"unpin{i}"):
-            remove_pin(run.dir, pin.get("run"), pin["method"], pin["text"])
+            remove_pin(run.dir, pin.get("run"), pin["method"], pin["text"], browse.ablated_ids(pin))
             st.rerun()

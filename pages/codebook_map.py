@@ -1,6 +1,5 @@
 """Codebook map: the stored 2-D map of one method's concept vectors; choosing a point opens it."""
 
-import plotly.express as px
 import streamlit as st
 
 import vqlc_ui
@@ -12,11 +11,8 @@ st.caption("One point per concept (UMAP of the concept vectors, computed at buil
            "colour = dominant class. Click a point to open the concept.")
 cs = vqlc_ui.concepts(str(run.dir), vqlc_ui.stamp(run), method)
 df = maps.plot_frame(vqlc_ui.concept_map(str(run.dir), vqlc_ui.stamp(run), method), cs.label)
-fig = px.scatter(df, x="x", y="y", size="marker", color="dominant_class", custom_data=["concept"], hover_name="name",
-                 hover_data=maps.HOVER_DATA, height=560)
-fig.update_traces(marker={"sizemode": "diameter", "sizeref": 1})  # `marker` holds diameters in pixels
-fig.update_layout(xaxis_title=None, yaxis_title=None, legend_title_text="dominant class")
-event = st.plotly_chart(fig, on_select="rerun", selection_mode="points", key=f"map_{method}", width="stretch")
+event = st.plotly_chart(maps.map_figure(df, run.class_names), on_select="rerun", selection_mode="points",
+                        key=f"map_{method}", width="stretch")
 
 points = (event.selection.get("points") if event else None) or []
 if points:

@@ -1,13 +1,20 @@
 """Compare: every built method side by side on one input (in registry order, by display name), each with
 its own ablation toggles; the corpus-level faithfulness table and chart; fit time and peak memory per method."""
 
-import plotly.express as px
 import streamlit as st
 
 import vqlc_ui
+from vqlc_ui import tags
 from vqlc_core.methods.base import display_name
 from vqlc_core.views import browse, charts
 from vqlc_core.evaluate import sae_compare, tables
+
+
+def table(frame) -> None:
+    """A display frame (`charts.display_frame`), each number shown as it was rounded there."""
+    st.dataframe(frame, hide_index=True, column_config={
+        c: st.column_config.NumberColumn(format=charts.AS_ROUNDED) for c in frame.select_dtypes("float").columns})
+
 
 run, _ = vqlc_ui.sidebar(need=("classifier", "evaluate"), choose_method=False)
 st.title("Compare concept methods")
@@ -26,10 +33,9 @@ for col, m in zip(st.columns(len(methods)), methods):
         st.subheader(display_name(m))
         cs = vqlc_ui.concepts(rd, sp, m)
         ids = ex["methods"][m]["word_concepts"]
-        st.markdown(browse.colored_sentence_html(text, ex["words"], ids, browse.word_labels(ex, m, cs.label)),
-                    unsafe_allow_html=True)
-        vqlc_ui.ablation_panel(run, m, text, ex, cloud_width=110)
-        vqlc_ui.pin_button(run, m, text, key=f"pin_{m}")
+        vqlc_ui.colored_sentence(text, ex["words"], ids, browse.word_labels(ex, m, cs.label))
+        ablated = vqlc_ui.ablation_panel(run, m, text, ex, cloud_width=110)
+        vqlc_ui.pin_button(run, m, text, key=f"pin_{m}", ablated=ablated)
 
 st.header("Faithfulness over the test set")
 st.caption("Each row ablates centred concept directions at layer l on every test sentence (and seed): the mean drop "
@@ -37,9 +43,8 @@ st.caption("Each row ablates centred concept directions at layer l on every test
            "pooled representation's energy removed. The 'control' rows (global mean, random direction) and each "
            "method's 'random concept' row are what a concept must beat.")
 faith, measures = vqlc_ui.evaluation(rd, sp)
-st.dataframe(faith, hide_index=True)
-st.plotly_chart(px.bar(**charts.faithfulness_chart(faith), barmode="group", height=340), width="stretch",
-                key="faith_chart")
+table(charts.display_frame(faith))
+st.plotly_chart(charts.faithfulness_figure(faith), width="stretch", key="faith_chart")
 st.subheader("Against energy-matched controls")
 st.caption("Each target's drop minus its control's on the same sentences and seeds, where the control is the other "
            "concept(s) of the same method, or random direction(s) drawn from the train states' distribution, whose "
@@ -48,9 +53,8 @@ st.caption("Each target's drop minus its control's on the same sentences and see
 st.markdown(tables.matched_table(run))
 st.header("Cost and codebook use")
 cost = browse.cost_table(measures)
-st.dataframe(cost, hide_index=True)
-st.plotly_chart(px.bar(cost.melt("method", ["fit_time_s", "peak_rss_mb"]), x="method", y="value", facet_col="variable",
-                       height=280).update_yaxes(matches=None, showticklabels=True), width="stretch", key="cost_chart")
+table(charts.display_frame(cost))
+st.plotly_chart(charts.cost_figure(cost), width="stretch", key="cost_chart")
 if comparison := sae_compare.load(run):  # written by `vqlc sae-compare`, dropped once a method is rebuilt
     st.header("Concepts against SAE features")
     st.caption("Per method: active features per word (L0), features that fire on no row, the share of test sentences "
@@ -59,3 +63,13 @@ if comparison := sae_compare.load(run):  # written by `vqlc sae-compare`, droppe
                "by |coefficient|, reach 90% of its accuracy, and the confidence drop of ablating the prediction "
                "concept.")
     st.markdown(sae_compare.markdown(comparison))
+st.header("Alignment with linguistic tags")
+if run.tags is None:
+    st.info("This run has no linguistic tags yet; build it again to run the annotate stage.")
+else:
+    st.caption("As ConceptX aligns concepts with human-defined ones: a concept is aligned with a tag when at least "
+               "90% of its tagged train members carry it (at most 40% untagged, at least 5 tagged). Per method and "
+               "tag set: concepts aligned (mean over seeds [95% interval]), their share of the concepts with 5 or "
+               "more train members, and the distinct tags they cover.")
+    tags.missing_caption(run)
+    st.dataframe(tags.comparison(rd, sp), hide_index=True)

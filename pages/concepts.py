@@ -3,7 +3,7 @@ filter by aligned linguistic tag and a sort (size, purity, alignment, faithfulne
 view, and the method's concepts as one HTML file to share (`vqlc export-html`)."""
 
 import html
-from functools import partial
+import time
 
 import streamlit as st
 
@@ -16,12 +16,23 @@ from vqlc_core.methods.concepts import is_prediction_concept, prediction_example
 PER_PAGE = 24
 run, method = vqlc_ui.sidebar()
 query = st.sidebar.text_input("Find concepts containing a word")
-# on_click="ignore": drawing the file reruns nothing (see the Case study page's downloads).
-st.sidebar.download_button("Download as one HTML file", partial(export_html.render, run, method),
-                           export_html.default_out(run, method).name, "text/html", on_click="ignore",
-                           icon=":material/download:", help="Every concept of this method (grid, word clouds, top "
-                           "words, contexts, class distribution) and the run's faithfulness table in one file that "
-                           "opens without a server or network. Drawing it takes a while for hundreds of concepts.")
+# The file is drawn with a progress bar first (hundreds of concepts take a while where the build
+# drew no clouds), then handed over; on_click="ignore": the download reruns nothing.
+export_key = (str(run.dir), method, vqlc_ui.stamp(run))
+if st.sidebar.button("Prepare the HTML file", help="Draw every concept of this method (grid, word clouds, top "
+                     "words, contexts, class distribution) and the run's faithfulness table into one file that "
+                     "opens without a server or network; then download it."):
+    bar, t0 = st.sidebar.progress(0.0, text="Drawing the concepts"), time.perf_counter()
+
+    def drawn(done: int, total: int) -> None:
+        bar.progress(done / total, text=export_html.progress_text(done, total, time.perf_counter() - t0))
+
+    st.session_state["concepts_export"] = (export_key, export_html.render(run, method, progress=drawn))
+    bar.empty()
+prepared = st.session_state.get("concepts_export")
+if prepared is not None and prepared[0] == export_key:
+    st.sidebar.download_button("Download as one HTML file", prepared[1], export_html.default_out(run, method).name,
+                               "text/html", on_click="ignore", icon=":material/download:")
 st.title(f"Concepts: {method}")
 rd, sp = str(run.dir), vqlc_ui.stamp(run)
 cs = vqlc_ui.concepts(rd, sp, method)

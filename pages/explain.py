@@ -27,8 +27,7 @@ b.metric("Confidence", f"{ex['confidence']:.3f}")
 if ex["truncated"]:
     st.warning("The input is longer than the model's maximum length; only its beginning was explained.")
 ids = ex["methods"][method]["word_concepts"]
-st.markdown(browse.colored_sentence_html(text, ex["words"], ids, browse.word_labels(ex, method, cs.label)),
-            unsafe_allow_html=True)
+vqlc_ui.colored_sentence(text, ex["words"], ids, browse.word_labels(ex, method, cs.label))
 salient = ", ".join(f"{s['word']} ({s['attribution']:.2f})" for s in ex["salient"])
 st.caption(f"Salient words (Integrated Gradients at layer {ex['layer']}): {html.escape(salient)}")
 
@@ -37,9 +36,9 @@ st.caption("Toggle concepts to project them out of layer "
            f"{ex['layer']} together and see the new prediction.")
 cols = st.columns(2)
 with cols[0]:
-    vqlc_ui.ablation_panel(run, method, text, ex)
+    ablated = vqlc_ui.ablation_panel(run, method, text, ex)
 with cols[1]:
     st.markdown("**Prediction representation: top concepts**")
     st.dataframe(ex["methods"][method]["prediction_concepts"], hide_index=True)
     vqlc_ui.prediction_concept(run, method, ex)
-    vqlc_ui.pin_button(run, method, text, key="pin_explain")
+    vqlc_ui.pin_button(run, method, text, key="pin_explain", ablated=ablated)

@@ -71,10 +71,20 @@ agree = results.agreement
 if agree is None:
     st.caption("One judge: agreement needs two or more (`--judge` once per judge).")
 else:
-    a, b = st.columns(2)
+    if agree.position_bias:
+        st.warning(agree.position_bias, icon=":material/warning:")
+    a, b, c, d = st.columns(4)
     a.metric("Kendall's W", agree.kendalls_w,
              help=f"concordance of the judges' rankings over the {agree.items_all_judges} items every judge rated")
     b.metric("Krippendorff's α (ordinal)", agree.alpha, help=f"over the {agree.items} items any judge rated")
+    c.metric("W after letter means", agree.residual_kendalls_w,
+             help="Kendall's W once each judge's mean rating per letter is taken out of its ratings: the agreement "
+                  "left when position bias is removed; undefined when nothing varies beyond the letters' means")
+    d.metric("α after letter means (interval)", agree.residual_alpha,
+             help="Krippendorff's α (interval) of the same residual ratings")
+    if agree.letter_effects:
+        st.caption(f"Variance explained by the letter, per judge: {agree.letter_effects}. Letters are the same for "
+                   "every judge, so judges that rate by the letter agree without reading the concepts.")
     st.dataframe(agree.pairwise, hide_index=True)
 
 st.subheader("Ratings of each sentence")

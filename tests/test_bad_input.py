@@ -40,13 +40,23 @@ TEXTS = {
     "one letter 150 times": "a" * 150,
     "NUL inside words": "gre\x00at fi\x07lm , tru\x1bly",
     "lone surrogate": "a fine \ud800 film \udfff",
+    "one 100,000-character word": "a" * 100_000,
+    "replacement characters": "a grim \ufffd film \ufffd",  # what the browser sends for typed lone surrogates
 }
 # The library answers these with one sentence, not a result: case -> a phrase of it
 SENTENCES = {"empty": "is empty", "whitespace only": "is empty", "only NUL": "is empty",
              "lone surrogate": "lone surrogate (U+D800 at character 7)"}
-SENTENCES.update({case: "knows none of the input's words" for case in (
-    "unknown tokens only", "one emoji", "mathematical letters", "fullwidth letters", "one letter 150 times")})
+SENTENCES.update({case: "knows none of the input's words (each becomes an unknown token), so there is nothing to "
+                        "explain; type words in a script the model reads"
+                  for case in ("unknown tokens only", "one emoji")})
+SENTENCES.update({case: "but their Unicode NFKC form (e.g. fullwidth 'ｆ' as 'f') it does; normalise the text first"
+                  for case in ("mathematical letters", "fullwidth letters")})
+SENTENCES.update({"one letter 150 times": "more than 100 characters as one unknown token (its word-length limit), "
+                                          "and the input's 1 such word(s) are up to 150 characters long",
+                  "one 100,000-character word": "(its word-length limit), and the input's 1 such word(s) are up to "
+                                                "100,000 characters long, so there is nothing to explain"})
 EMPTY = {"empty", "whitespace only", "only NUL"}  # the page asks for a sentence (control characters are spaces)
+NORMALISED = {"mathematical letters", "fullwidth letters"}  # the page explains their NFKC form
 
 
 def _in_time(fn, *args):
@@ -127,6 +137,28 @@ def test_typed_text_is_cleaned_to_the_same_length_with_a_notice(text, cleaned, n
     assert got == cleaned and len(got) == len(text)
     assert (note is None) if notice is None else (notice in note), note
     got.encode("utf-8")  # nothing left that cannot be sent or shown
+
+
+@pytest.mark.parametrize("text, cleaned, notice", [
+    ("ａ ｇｒｅａｔ ｆｉｌｍ", "a great film", "normalised to Unicode NFKC before tokenizing: 10 character(s)"),
+    ("𝐚 𝐠𝐫𝐞𝐚𝐭 𝐟𝐢𝐥𝐦", "a great film", "e.g. '𝐚' as 'a'."),
+    ("a ﬁne ﬁlm", "a fine film", "2 character(s) in a compatibility form"),
+    ("cafe\u0301", "café", "letters and their combining marks joined"),
+    ("ｆｉｌｍ\x00", "film ", "NFKC before tokenizing: 4 character(s) in a compatibility form (fullwidth or "
+                         "mathematical letters, ligatures, ...) are now in their plain form, e.g. 'ｆ' as 'f'. "
+                         "1 control character(s)"),
+    ("a grim \ufffd film \ufffd", "a grim \ufffd film \ufffd", "The text holds 2 replacement character(s)"),
+    ("a \ud800 film \ufffd", "a \ufffd film \ufffd", "1 character(s) that are not valid Unicode (lone surrogates) were "
+                                                "replaced by \ufffd. The text holds 1 replacement character(s)"),
+    ("café", "café", None),
+])
+def test_typed_text_is_normalised_to_nfkc_and_replacement_characters_are_named(text, cleaned, notice):
+    from vqlc_core.data.inputs import clean_input
+
+    got, note = clean_input(text)
+    assert got == cleaned
+    assert (note is None) if notice is None else (notice in note), note
+    assert clean_input(got)[0] == got  # cleaning twice changes nothing more
 
 
 @pytest.mark.parametrize("method, ids, phrase", [
@@ -396,13 +428,15 @@ def test_the_explain_page_answers_any_text(cache_env, case):
     assert not at.exception, [e.value for e in at.exception]
     warnings = [w.value for w in at.warning]
     # Typed text is cleaned, with a notice: a lone surrogate is shown as U+FFFD, a control character as a space.
-    assert any("not valid Unicode" in w for w in warnings) == (case == "lone surrogate")
+    assert any("not valid Unicode (lone surrogates)" in w for w in warnings) == (case == "lone surrogate")
     assert any("control character(s) were replaced" in w for w in warnings) == ("NUL" in case or "control" in case)
     if case in EMPTY:
         assert not at.error, [e.value for e in at.error]
         assert any("Type a sentence" in i.value for i in at.info)
         return
-    if case in SENTENCES and case != "lone surrogate":
+    assert any("normalised to Unicode NFKC" in w for w in warnings) == (case in NORMALISED)
+    assert any("replacement character(s)" in w for w in warnings) == (case == "replacement characters")
+    if case in SENTENCES and case not in {"lone surrogate", *NORMALISED}:
         assert [e.value for e in at.error] == [at.error[0].value] and SENTENCES[case] in at.error[0].value
         return
     assert not at.error, [e.value for e in at.error]

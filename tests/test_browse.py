@@ -214,6 +214,9 @@ def test_the_build_stores_the_example_explanation_that_the_explainer_gives_live(
         for c in browse.shown_concepts(stored, m):  # the page's cards open without drawing
             words = summary.at[c["concept"], "top_words"]
             assert not json.loads(words) or cloud_path(run.dir, m, c["concept"], words).exists()
+        for k in run.concept_set(m).used_ids():  # every cloud: no page or HTML export draws one
+            words = summary.at[k, "top_words"]
+            assert not json.loads(words) or cloud_path(run.dir, m, k, words).exists(), (m, k)
 
 
 def test_an_unreadable_stored_explanation_is_ignored(tmp_path):
@@ -221,3 +224,46 @@ def test_an_unreadable_stored_explanation_is_ignored(tmp_path):
     (tmp_path / browse.EXAMPLE_FILE).write_text("{not json")
     assert browse.precomputed_explanation(tmp_path, browse.EXAMPLE) is None
     assert browse.precomputed_explanation(tmp_path / "missing", browse.EXAMPLE) is None
+
+
+# Inputs whose Markdown (math, escapes, code, strike-through, emphasis, headings, links, tables,
+# an indented code block) broke the coloured sentence when it went through st.markdown.
+MARKDOWN_INPUTS = ["it cost $5 and $10 , great", "a \\ b film", "C:\\temp\\new", "a `quoted` word",
+                   "~~x~~ *x* _x_ **y**", "# not a [heading](x) | a <b>cell</b> & 5 > 3", "one\n\n    two :smile:"]
+
+
+def _sentence_app(text: str) -> None:
+    import vqlc_ui
+    from vqlc_core.data.corpus import word_spans
+
+    words = [{"start": s, "end": e} for s, e in word_spans(text, text.split())]
+    vqlc_ui.colored_sentence(text, words, list(range(len(words))), {0: "c0: $x$ *y*"})
+
+
+def _shown_text(body: str) -> str:
+    """What a browser shows of HTML made of escaped text: tags (and the concept ids in <sub>) dropped."""
+    import html
+
+    return html.unescape(re.sub(r"<[^>]+>", "", re.sub(r"<sub[^>]*>.*?</sub>", "", body)))
+
+
+@pytest.mark.parametrize("text", MARKDOWN_INPUTS)
+def test_the_coloured_sentence_is_html_that_no_markdown_touches(text):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_function(_sentence_app, args=(text,), default_timeout=60).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not [m for m in at.markdown if "<span" in m.value], "the sentence went through Markdown"
+    (body,) = [h.value for h in at.main.html]
+    assert _shown_text(body) == text  # every character of every word, as typed
+    assert body.count("<span title=") == len(text.split()) and 'title="c0: $x$ *y*"' in body
+
+
+@pytest.mark.parametrize("text", MARKDOWN_INPUTS)
+def test_literal_html_turns_every_markdown_trigger_of_the_text_into_a_reference(text):
+    from vqlc_ui.views import literal_html
+
+    body = literal_html(browse.highlight_html(text, 0, len(text.split()[0])))
+    assert _shown_text(body) == text and "<mark><b>" in body
+    outside_tags = re.sub(r"<[^>]+>|&#\d+;|&\w+;", "", body)
+    assert not re.search(r"[\\`*_~$#\[\]|<>&!:()]", outside_tags), outside_tags

@@ -102,8 +102,8 @@ def explain(pg, text: str, marker: str) -> None:
 
 
 def sentence(pg):
-    """The coloured-sentence block of the Explain page."""
-    return pg.locator('[data-testid="stMarkdownContainer"]:has(> p > span[title])')
+    """The coloured-sentence block of the Explain page (`vqlc_ui.colored_sentence`, drawn with st.html)."""
+    return pg.locator('[data-testid="stHtml"] .vqlc-sentence')
 
 
 def test_browse_concepts_and_open_one(page):
@@ -284,3 +284,97 @@ def test_a_label_written_on_a_concept_names_it_on_its_card(page):
     expect(card).to_be_visible()  # the grid's card of c3 carries the label too, as typed
     assert main.locator("i", has_text="thin").count() == 0  # shown as text, never as markup
     assert not page.dialogs
+
+
+PAGES = [("", "Concepts: vqlc"), ("codebook_map", "Codebook map: vqlc"), ("explain", "Explain a prediction"),
+         ("compare", "Compare concept methods"), ("case_study", "Case study"), ("judges", "LLM judges"),
+         ("labels", "Concept labels"), ("build", "Build a run")]
+
+
+def test_no_request_leaves_the_machine_on_any_page(page):
+    """Offline means offline: icon fonts, telemetry or anything else fetched from a third party
+    fails without a network and tells that party someone opened the dashboard."""
+    local = re.compile(rf"^(ws|http)://{re.escape(page.base.split('://', 1)[1])}/|^(data|blob|about):")
+    outside = []
+    page.on("request", lambda r: None if local.match(r.url) else outside.append(r.url))
+    page.on("websocket", lambda ws: None if local.match(ws.url) else outside.append(ws.url))
+    for path, title in PAGES:
+        open_page(page, path, title)
+        page.wait_for_timeout(500)  # a font or a beacon may be asked for after the script's run
+    assert outside == [], f"requests to other hosts: {sorted(set(outside))}"
+
+
+@pytest.mark.parametrize("text, marker", [("it cost $5 and $10 , great", "cost"), ("a \\ b film", "\\")],
+                         ids=["dollars", "backslash"])
+def test_markdown_in_the_input_is_shown_as_typed(page, text, marker):
+    """A `$` pair was LaTeX math and a backslash an escape: the coloured sentence's HTML showed as
+    text (`<sub style=...>`) in place of words."""
+    open_page(page, "explain", "Explain a prediction")
+    explain(page, text, marker)
+    shown = sentence(page).evaluate(
+        "e => { const c = e.cloneNode(true); c.querySelectorAll('sub').forEach(s => s.remove()); return c.innerText }")
+    assert shown.strip() == text
+    assert sentence(page).locator("span[title]").count() >= len(text.split())  # the tokenizer splits "$5" too
+    main = page.locator('[data-testid="stMain"]')
+    assert "<sub" not in main.inner_text() and "<span" not in main.inner_text()
+    assert main.locator(".katex").count() == 0  # no math was typeset
+
+
+def test_a_pin_keeps_the_concepts_ablated_together_and_the_case_study_shows_them_first(page):
+    open_page(page, "explain", "Explain a prediction")
+    explain(page, SENTENCE, "actors")
+    toggles = page.locator('[data-testid="stCheckbox"]').filter(has_text="Ablate")
+    assert toggles.count() >= 2, "the page shows fewer than two concepts to ablate"
+    ids = []
+    for i in range(2):
+        card = toggles.nth(i).locator("xpath=ancestor::div[@data-testid='stVerticalBlock'][2]")
+        ids.append(int(re.match(r"c(\d+): ", card.locator("strong").first.inner_text()).group(1)))
+        toggles.nth(i).get_by_text("Ablate").click()
+        expect(page.get_by_text(f"Ablated {i + 1}: prediction")).to_be_visible()
+        idle(page)
+    on_screen = metric_value(page, "Ablated 2: prediction")  # e.g. "negative (0.524)"
+    page.get_by_role("button", name=re.compile("Pin for the case study")).click()
+    expect(page.get_by_text(re.compile(r"^Pinned: \d+ pins? in the case study\."))).to_be_visible()
+    idle(page)
+    page.locator('[data-testid="stSidebarNav"] a', has_text="Case study").click()
+    label = f"Ablated {' + '.join(f'c{k}' for k in sorted(ids))} together: prediction"
+    expect(page.get_by_text(label)).to_be_visible()
+    idle(page)
+    assert metric_value(page, label) == on_screen
+    card = page.locator('[data-testid="stVerticalBlockBorderWrapper"], [data-testid="stVerticalBlock"]').filter(
+        has=page.get_by_text(label)).filter(has=page.locator('[data-testid="stDataFrame"]')).last
+    together = card.locator('[data-testid="stMetric"]').filter(has_text=label).bounding_box()
+    table = card.locator('[data-testid="stDataFrame"]').bounding_box()
+    assert together["y"] < table["y"], "the combination is not shown before each concept alone"
+
+
+def test_filtering_concepts_by_a_tag_shows_only_concepts_aligned_with_it(page, apptest_run):
+    from vqlc_core.evaluate import tag_alignment as ta
+
+    p = apptest_run.tag_profiles("vqlc")
+    label = next(lab for lab in ta.aligned_tag_labels(p) if not lab.startswith("casing"))
+    want = ta.concepts_aligned_with(p, label)
+    open_page(page, "", "Concepts: vqlc")
+    main = page.locator('[data-testid="stMain"]')
+    assert main.get_by_role("button", name="Open", exact=True).count() > len(want)
+    page.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"]').filter(has_text="Aligned with tag").click()
+    page.get_by_role("option", name=f"{label} ({len(want)})").click()
+    expect(main.get_by_role("button", name="Open", exact=True)).to_have_count(len(want))
+    idle(page)
+    tag = label.split(": ", 1)[1]
+    names = main.get_by_text(re.compile(r"^c\d+: ")).all_inner_texts()
+    assert sorted(int(n[1:].split(":")[0]) for n in names) == want
+    shown = main.get_by_text(re.compile(r"^Tags: ")).all_inner_texts()
+    assert len(shown) == len(want) and all(tag in s and "✓" in s for s in shown), shown
+
+
+def test_saving_a_label_shows_its_toast(page):
+    """The toast is kept over the page's rerun (one drawn just before `st.rerun()` never shows)."""
+    open_page(page, "?run=apptest&method=vqlc&concept=5", "Concepts: vqlc")
+    page.get_by_text(re.compile("^(Write|Edit) a label$")).click()
+    name = page.locator('[data-testid="stMain"]').get_by_label("Name")
+    expect(name).to_be_visible()
+    name.fill("five words")
+    page.get_by_role("button", name="Save the label").click()
+    expect(page.locator('[data-testid="stToast"]').filter(has_text="Label of c5 saved")).to_be_visible()
+    expect(page.get_by_role("heading", name="c5: five words (edited)")).to_be_visible()

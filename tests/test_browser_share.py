@@ -1,6 +1,6 @@
 """Sharing in a real browser (Debian's chromium through playwright, as tests/test_browser.py): a link
 with run, method, concept and input opens that concept, then that input's explanation, in a fresh
-browser context; the link a page offers reopens it, ablations included; the Concepts page downloads
+browser context; the link a page offers reopens it, ablations included; the Concepts page prepares and downloads
 the file `vqlc export-html` writes; that file opens from disk with the network blocked and shows
 the concept grid and a concept's contexts, a script tag in a context shown as text.
 Each test leaves a screenshot in test-output/browser/<test-name>-<page>.png."""
@@ -123,8 +123,9 @@ def test_the_concepts_page_downloads_the_same_file_as_the_command(fresh, server,
         pg.goto(f"{server}/?" + urlencode({"run": "apptest", "method": "kmeans"}))
         expect(pg.get_by_role("heading", name="Concepts: kmeans")).to_be_visible()
         idle(pg)
+        pg.get_by_role("button", name="Prepare the HTML file").click()  # drawn with a progress bar first
         with pg.expect_download(timeout=LONG) as dl:
-            pg.get_by_role("button", name="Download as one HTML file").click()
+            pg.get_by_role("button", name="Download as one HTML file").click(timeout=LONG)
         assert dl.value.suggested_filename == "apptest-kmeans-concepts.html"
         dl.value.save_as(tmp_path / "download.html")
     assert (tmp_path / "download.html").read_text() == export_html.render(apptest_run, "kmeans")

@@ -5,16 +5,19 @@ one-sentence errors. tests/test_browser_share.py opens it in chromium with the n
 
 from __future__ import annotations
 
+import base64
 import html
 import re
 
+import pandas as pd
 import pytest
 
 from tests.conftest import CACHE, run_cli
 from tests.runcopy import linked_copy
-from vqlc_core.views import export_html
+from vqlc_core.views import browse, export_html
 from vqlc_core.base.runio import RunError, read_parquet, write_parquet
-from vqlc_core.data.corpus import member_contexts
+from vqlc_core.data.corpus import all_member_contexts, member_contexts
+from vqlc_core.views.wordclouds import concept_cloud
 from vqlc_core.methods.concepts import is_prediction_concept
 
 EVIL = " <script>alert(1)</script>"
@@ -116,3 +119,85 @@ def test_the_command_writes_one_file_and_its_mistakes_are_one_line(apptest_run, 
 def test_the_texts_file_of_an_evil_copy_is_its_own(apptest_run, tmp_path):
     evil_copy(apptest_run, tmp_path)
     assert not read_parquet(apptest_run.dir / "texts.parquet")["text"].str.contains("<script>").any()
+
+
+def test_every_card_and_section_carries_the_concepts_tags_as_the_pages_show_them(apptest_run, page):
+    from vqlc_core.evaluate import tag_alignment as ta
+
+    p = apptest_run.tag_profiles("vqlc")
+    cs = apptest_run.concept_set("vqlc")
+    n_tagged = 0
+    for k in cs.used_ids():
+        line = ta.tags_line(ta.top_tags(p, k))
+        if line:
+            n_tagged += 1
+            assert f"<p class=tags>Tags: {html.escape(line)}</p>" in page, k
+    assert n_tagged >= 1 and page.count("<small class=tags>") == n_tagged
+
+
+# --- speed: contexts in one pass, clouds stored once, progress ------------------------------------
+
+def test_contexts_found_in_one_pass_are_each_concepts_member_contexts(apptest_run):
+    cs, texts, tokens, seed = apptest_run.concept_set("vqlc"), apptest_run.texts, apptest_run.store.tokens, 0
+    ids = cs.used_ids()
+    for n in (export_html.N_CONTEXTS, 3):
+        together = all_member_contexts(texts, tokens, cs.assignments, ids, n=n, seed=seed)
+        assert list(together) == ids
+        for k in ids:
+            pd.testing.assert_frame_equal(together[k], member_contexts(texts, tokens, cs.assignments, k, n=n, seed=seed))
+        assert any(len(c) == n for c in together.values())  # some concepts were sampled, not taken whole
+        assert sum((c["start"] >= 0).sum() for c in together.values()) > len(ids)  # words found in their texts
+
+
+def test_each_section_shows_the_contexts_the_concept_view_samples(apptest_run, page):
+    cs = apptest_run.concept_set("vqlc")
+    words = [k for k in cs.used_ids() if not is_prediction_concept(cs.summary.loc[k])]
+    for k in words:
+        section = page.split(f'id="c{k}">', 1)[1].split("</section>", 1)[0]
+        ctx = member_contexts(apptest_run.texts, apptest_run.store.tokens, cs.assignments, k,
+                              n=export_html.N_CONTEXTS, seed=apptest_run.cfg.seed)
+        shown = [browse.highlight_html(r.text, r.start, r.end) for r in ctx.itertuples() if r.start >= 0]
+        assert shown and re.findall(r"<li>(.*?)</li>", section)[:len(shown)] == shown, k
+
+
+def test_progress_is_told_once_per_concept_drawn_with_done_and_total(apptest_run):
+    calls = []
+    page = export_html.render(apptest_run, "lacoat", progress=lambda done, total: calls.append((done, total)))
+    n = len(apptest_run.concept_set("lacoat").used_ids())
+    assert n > 1 and calls == [(i, n) for i in range(1, n + 1)]
+    assert page == export_html.render(apptest_run, "lacoat")
+    chosen = []
+    export_html.render(apptest_run, "kmeans", [5, 2, 5], progress=lambda done, total: chosen.append((done, total)))
+    assert chosen == [(1, 2), (2, 2)]
+
+
+def test_progress_text_says_how_many_are_drawn_and_about_how_long_is_left():
+    assert export_html.progress_text(0, 400, 0.0) == "0 of 400 concepts drawn"
+    assert export_html.progress_text(100, 400, 10.0) == "100 of 400 concepts drawn, about 30 s left"
+    assert export_html.progress_text(40, 400, 20.0) == "40 of 400 concepts drawn, about 3 min left"
+    assert export_html.progress_text(400, 400, 50.0) == "400 of 400 concepts drawn"
+
+
+def test_an_export_stores_each_cloud_in_the_run_and_the_next_export_reads_it(apptest_run, tmp_path):
+    run = linked_copy(apptest_run.dir, tmp_path)  # an empty ui/ folder: no cloud drawn yet
+    first = export_html.render(run, "vqlc")
+    stored = sorted((run.dir / "ui" / "wordclouds" / "vqlc").glob("*.png"))
+    drawn = {p: p.stat().st_mtime_ns for p in stored}
+    assert stored and len(stored) == len(re.findall(r"\.w\d+\{background-image", first))
+    summary = run.concept_set("vqlc").summary
+    for path in stored:  # the file shows the stored picture itself, the one the pages show
+        k = int(path.name.split("-")[0])
+        assert concept_cloud(run.dir, "vqlc", k, summary.at[k, "top_words"]) == path
+        assert f'.w{k}{{background-image:url("data:image/png;base64,{base64.b64encode(path.read_bytes()).decode()}")}}' in first
+    assert export_html.render(run, "vqlc") == first
+    assert {p: p.stat().st_mtime_ns for p in stored} == drawn  # read, not drawn again
+
+
+@pytest.mark.slow
+def test_the_command_shows_its_progress_on_stderr(apptest_run, tmp_path):
+    out = tmp_path / "two.html"
+    code, stdout, stderr = run_cli("export-html", "--run", "apptest", "--method", "kmeans", "--concepts", "3", "1",
+                                   "--out", str(out), "--cache-dir", str(CACHE))
+    assert code == 0 and out.exists(), stderr
+    assert "concepts drawn" in stderr and "2/2" in stderr, stderr
+    assert "concepts drawn" not in stdout and f"wrote {out}" in stdout

@@ -206,3 +206,25 @@ def test_every_field_has_help_for_the_command_line():
     from dataclasses import fields
 
     assert all(f.metadata.get("help") for f in fields(FinetuneConfig))
+
+
+def test_the_time_estimate_changes_nothing_the_training_computes(uninterrupted, texts, class_names, tmp_path):
+    bb, head, info, _ = uninterrupted
+    assert info["estimated_seconds"] > 0 and info["steps"] == 2 * 3  # 48 texts in batches of 16, two epochs
+    plain = fresh_backbone()
+    head2, info2 = finetune(plain, texts, class_names, FinetuneConfig(**CFG), tmp_path, progress=False,
+                            estimate_time=False)
+    assert info2["estimated_seconds"] is None
+    assert_same_weights(weights(bb, head), weights(plain, head2))
+
+
+def test_max_steps_caps_the_run_and_the_estimate_says_how(texts, class_names, tmp_path, caplog):
+    caplog.set_level("INFO", logger="vqlc_core.data.finetune")
+    head, info = finetune(fresh_backbone(), texts, class_names, FinetuneConfig(**CFG, finetune_max_steps=4), tmp_path,
+                          progress=False)
+    assert info["steps"] == 4 and [h["epoch"] for h in info["history"]] == [1, 2] and info["finished"]
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("fine-tune: about")]
+    assert len(said) == 1 and "for 4 steps" in said[0] and "--finetune-max-steps" in said[0] and "2 dev passes" \
+        not in said[0]
+    with pytest.raises(RunError, match="--finetune-max-steps must be at least 1"):
+        FinetuneConfig(finetune_max_steps=0)

@@ -15,6 +15,7 @@ import threading
 import time
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -123,7 +124,8 @@ def test_sentences_are_sampled_evenly_over_strata_and_reproducibly():
 def _ratings(judge_name: str, values: list[float]) -> pd.DataFrame:
     return pd.DataFrame({"judge": judge_name, "text_id": np.arange(len(values)) // 2,
                          "method": ["vqlc", "kmeans"] * (len(values) // 2), "role": "prediction",
-                         "rating": values, "parsed": ~np.isnan(values)})
+                         "letter": ["A", "B", "B", "A"] * (len(values) // 4), "rating": values,
+                         "parsed": ~np.isnan(values)})
 
 
 def test_judges_who_agree_have_w_and_alpha_of_one_and_missing_ratings_are_left_out():
@@ -165,6 +167,65 @@ def test_a_judge_that_rates_by_letter_is_told_apart_from_one_that_reads_the_conc
     alone = {m: mean for (_, m), mean in reader["from_letters"].items()}
     assert all(abs(v - ratings["rating"].mean()) < 0.3 for v in alone.values())  # letters alone: near the mean
     assert position_effect(ratings.assign(parsed=False)) is None
+
+
+def _two_judges(rate_a, rate_b) -> pd.DataFrame:
+    """Two judges' ratings of the same sentences under the same letters (`_lettered`)."""
+    return pd.concat([_lettered(rate_a).assign(judge="a"), _lettered(rate_b).assign(judge="b")], ignore_index=True)
+
+
+def test_judges_who_both_rate_by_the_letter_agree_only_through_their_shared_position_bias():
+    both = _two_judges(lambda m, letter: {"A": 3, "B": 1, "C": 2, "D": 1}[letter],
+                       lambda m, letter: {"A": 3, "B": 2, "C": 2, "D": 1}[letter])
+    a = agreement(both)
+    assert a["kendalls_w"] > 0.8 and a["pairwise"]["a ~ b"]["spearman"] > 0.6  # high, and all of it position
+    assert a["letter_effect"] == {"a": pytest.approx(1.0), "b": pytest.approx(1.0)}
+    assert a["position_biased"] == ["a", "b"] and a["shared_position_bias"]
+    residual = a["residual"]  # each judge less its letter means: nothing is left to agree on
+    assert residual["kendalls_w"] is None and residual["krippendorff_alpha"] is None
+    assert residual["pairwise"]["a ~ b"]["spearman"] is None
+    line = judge_results.agreement_line(a)
+    assert "variance of a (100%) and b (100%)" in line and "reflects the position bias they share" in line
+    assert "After removing each judge's mean rating per letter: Kendall's W = undefined" in line
+    assert "no rating varies once the letters' means are removed" in line
+
+
+def _reader(scores: dict):
+    """A judge that rates each method's concept by `scores`, whatever its letter."""
+    return lambda m, letter: scores[m]
+
+
+def test_judges_who_read_the_concepts_keep_their_agreement_once_letter_means_are_removed():
+    both = _two_judges(_reader({"vqlc": 3, "kmeans": 2, "lacoat": 2, "sae": 1}),
+                       _reader({"vqlc": 3, "kmeans": 2, "lacoat": 1, "sae": 1}))
+    a = agreement(both)
+    assert all(v < 0.1 for v in a["letter_effect"].values())
+    assert a["position_biased"] == [] and not a["shared_position_bias"]
+    assert a["kendalls_w"] > 0.8 and a["residual"]["kendalls_w"] > 0.8
+    assert abs(a["residual"]["pairwise"]["a ~ b"]["spearman"] - a["pairwise"]["a ~ b"]["spearman"]) < 0.1
+    line = judge_results.agreement_line(a)
+    assert "Letter effect (variance explained by the letter): a " in line and "position bias" not in line
+    assert "undefined" not in line
+
+    # one judge reading by letter is no shared bias: agreement is low and not put down to position
+    mixed = _two_judges(lambda m, letter: {"A": 3, "B": 1, "C": 2, "D": 1}[letter],
+                        _reader({"vqlc": 3, "kmeans": 2, "lacoat": 2, "sae": 1}))
+    m = agreement(mixed)
+    assert m["position_biased"] == ["a"] and not m["shared_position_bias"]
+    assert "position bias" not in judge_results.agreement_line(m)
+
+
+def test_a_judges_checks_say_in_words_what_could_not_be_measured():
+    j = {"position": {"by_letter": {"A": 2.0, "B": 2.0}, "eta_squared": None}, "copied_reasons": None,
+         "identical_rated_alike": None}
+    checks = judge_results.judge_checks(j)
+    assert "no identical concepts were judged" in checks and "it gave no reason" in checks
+    assert "no letter effect can be measured" in checks and "–" not in checks
+    j.update(position={"by_letter": {"A": 3.0, "B": 1.0}, "eta_squared": 0.8}, copied_reasons=0.25,
+             identical_rated_alike=0.5)
+    checks = judge_results.judge_checks(j)
+    assert "explains 80% of the ratings' variance" in checks and "25% of its reasons" in checks
+    assert "it rated 50% of identical concepts alike" in checks
 
 
 def test_reasons_that_repeat_the_worked_example_are_counted():
@@ -275,6 +336,30 @@ def test_an_unreachable_judge_ends_in_one_sentence_through_the_cli(private_run, 
 
 
 # --- end to end with the real transformers serve ------------------------------------------------
+
+@pytest.mark.slow
+def test_a_judge_model_without_a_chat_template_is_named_before_any_work_is_sent(private_run, tmp_path):
+    # A base model served as the README's server table shows: SmolLM2's directory with its chat
+    # template removed completes text but answers every chat request with HTTP 500.
+    source = Path(local_endpoint(CACHE).managed)
+    model = tmp_path / "no-chat-template"
+    model.mkdir()
+    for item in source.iterdir():
+        if item.name not in ("chat_template.jinja", "tokenizer_config.json"):
+            (model / item.name).symlink_to(item)
+    config = json.loads((source / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (model / "tokenizer_config.json").write_text(json.dumps(config))
+    with transformers_serve(model, tmp_path / "serve.log") as url:
+        code, _, err = run_cli("judge", "--run", "apptest", "--cache-dir", str(tmp_path / "cache"), "--n", "2",
+                               "--methods", "vqlc", "--judge", f"name=base,url={url},model={model}")
+    assert code == 2, err
+    lines = [line for line in err.strip().splitlines() if line.startswith("vqlc:")]
+    assert lines == [f"vqlc: error: The model {model} at {url} has no chat template, so it cannot answer chat requests: "
+                     "serve a chat (instruct) model, or give this model's tokenizer a chat template."], err
+    assert "Traceback" not in err and "HTTP 500" not in err
+    assert Records(private_run.dir / "llm" / "records").count() == 0  # refused before any judging request
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):

@@ -5,6 +5,7 @@ judge` writes them; labels written where `vqlc label` and the concept view write
 from __future__ import annotations
 
 import json
+import shutil
 from types import SimpleNamespace
 
 import numpy as np
@@ -12,7 +13,7 @@ import pandas as pd
 import pytest
 
 from vqlc_core.base.runio import RunError, write_json, write_parquet
-from vqlc_core.llm import judge, labels
+from vqlc_core.llm import judge, judge_results, labels
 from vqlc_core.llm.endpoint import parse_endpoint
 from vqlc_core.llm.judge_items import JudgeItem, Shown
 from vqlc_core.llm.records import Answer
@@ -77,7 +78,7 @@ def test_each_judge_shows_its_parse_rate_checks_and_table_with_error_bars(tmp_pa
     assert a.source == "m-a at http://127.0.0.1:9/v1"
     assert (a.parse_rate, a.parsed, a.requests, a.unparseable) == ("100%", 4, 4, 0)
     assert (b.parse_rate, b.parsed, b.requests, b.unparseable) == ("75%", 3, 4, 1)
-    assert a.copied_reasons == "0%" and a.identical_alike == "–"  # no two letters showed one concept
+    assert a.copied_reasons == "0%" and a.identical_alike == "none judged"  # no two letters showed one concept
     assert a.by_letter == "A 2.25, B 2.25" and a.letter_variance == "0%"  # swapped letters: no letter effect
     assert list(a.table.columns) == ["role", "method", "n", "mean", "low", "high", "rank", "from_letters"]
     table = a.table.set_index("method")
@@ -102,6 +103,48 @@ def test_two_judges_show_their_agreement_and_one_judge_none(tmp_path):
     assert agree.alpha == ("–" if raw["krippendorff_alpha"] is None else f"{raw['krippendorff_alpha']:.2f}")
     judged(tmp_path, {"a": A})
     assert judging.judge_results(tmp_path).agreement is None
+
+
+def test_judges_that_both_rate_by_the_letter_are_shown_to_agree_by_position_bias(tmp_path):
+    first = answer({"A": 3, "B": 1})  # both judges always rate A above B, whatever A shows
+    judged(tmp_path, {"a": [first] * 4, "b": [first] * 4})
+    agree = judging.judge_results(tmp_path).agreement
+    assert agree.kendalls_w == "1.00" and agree.letter_effects == "a 100%, b 100%"
+    assert "reflects the position bias they share" in agree.position_bias
+    assert (agree.residual_kendalls_w, agree.residual_alpha) == ("undefined", "undefined")
+    assert agree.pairwise["ρ after letter means"].isna().all()
+    out = judge_results.judge_table(json.loads((tmp_path / "llm" / "judge.json").read_text()))
+    assert "no identical concepts were judged" in out and "position bias" in out and " – " not in out
+
+    judged(tmp_path, {"a": A, "b": B})  # letters swap between sentences: the agreement is their reading
+    agree = judging.judge_results(tmp_path).agreement
+    raw = json.loads((tmp_path / "llm" / "judge.json").read_text())
+    assert agree.letter_effects == ", ".join(f"{n} {raw['judges'][n]['position']['eta_squared']:.0%}" for n in "ab")
+    assert agree.position_bias is None and max(raw["agreement"]["letter_effect"].values()) < 0.5
+    assert agree.residual_kendalls_w != "undefined"
+
+
+@pytest.mark.slow
+def test_the_judges_page_warns_that_agreement_by_letter_is_position_bias(apptest_run, tmp_path, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    from tests.conftest import ROOT
+    from tests.runcopy import linked_copy
+
+    first = answer({"A": 3, "B": 1})
+    judged(tmp_path / "results", {"a": [first] * 4, "b": [first] * 4})
+    run = linked_copy(apptest_run.dir, tmp_path / "cache")
+    shutil.copytree(tmp_path / "results" / "llm", run.dir / "llm")
+    monkeypatch.setenv("VQLC_CACHE_DIR", str(tmp_path / "cache"))
+    at = AppTest.from_file(str(ROOT / "pages" / "judges.py"), default_timeout=60)
+    at.session_state["run"] = "apptest"
+    at.run()
+    assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Kendall's W"] == "1.00" and metrics["W after letter means"] == "undefined"
+    assert metrics["Identical concepts rated alike"] == "none judged"
+    assert any("reflects the position bias they share" in w.value for w in at.warning)
+    assert any("a 100%, b 100%" in c.value for c in at.caption)
 
 
 def test_a_judge_whose_answers_never_parsed_has_an_empty_table(tmp_path):

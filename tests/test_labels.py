@@ -194,7 +194,7 @@ def test_a_label_written_on_the_concept_view_shows_on_every_page(run, monkeypatc
         labels.set_label(run.dir, "vqlc", k2, EVIL)
         want = f"c{k2}: {EVIL} (edited)"
     at = ran(page(run, "explain", text=sentence))
-    (body,) = [m.value for m in at.markdown if "<span" in m.value]
+    (body,) = [m.value for m in at.html if "<span" in m.value]  # the coloured sentence
     assert f'title="{html.escape(want, quote=True)}"' in body and "<b>bold</b>" not in body
 
     at = ran(page(run, "labels"))

@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import io
 import json
-import re
 import shlex
 import time
 import zipfile
@@ -60,7 +59,7 @@ def n_points(trace: dict) -> int:
 
 
 def html_bodies(at: AppTest) -> list[str]:
-    return [m.value for m in at.markdown if "<span" in m.value]
+    return [m.value for m in at.html if "<span" in m.value]  # the coloured sentence: st.html, no Markdown
 
 
 @pytest.mark.slow
@@ -142,7 +141,32 @@ def test_user_html_in_the_input_is_escaped(cache_env):
     at = rendered(page("explain", text=evil), "explain (html input)")
     (body,) = html_bodies(at)
     assert "&lt;" in body and "&gt;" in body and "img" in body
-    assert not any("<img" in m.value or "<script" in m.value for m in [*at.markdown, *at.caption])
+    assert not any("<img" in m.value or "<script" in m.value for m in [*at.markdown, *at.caption, *at.main.html])
+
+
+@pytest.mark.slow
+def test_the_top_concepts_table_has_one_column_order_for_the_example_and_a_typed_sentence(cache_env):
+    from vqlc_core.views.browse import EXAMPLE, precomputed_explanation
+
+    assert precomputed_explanation(cache_env.dir, EXAMPLE), "the build stored no example: nothing to compare"
+    example = rendered(page("explain"), "explain (example)").dataframe[0].value
+    typed = rendered(page("explain", text=SENTENCE), "explain (typed)").dataframe[0].value
+    assert list(example.columns) == list(typed.columns) == ["concept", "label", "probability"]
+
+
+@pytest.mark.slow
+def test_saving_a_label_says_so_once_after_the_page_reruns(apptest_run, tmp_path, monkeypatch):
+    from tests.runcopy import linked_copy
+
+    linked_copy(apptest_run.dir, tmp_path)  # labels are saved with the run: this one's are the test's own
+    monkeypatch.setenv("VQLC_CACHE_DIR", str(tmp_path))
+    at = rendered(page("concepts", concept=3, concept_method="vqlc"), "concepts (label)")
+    next(t for t in at.text_input if t.label == "Name").input("thin words")
+    next(b for b in at.button if b.label == "Save the label").click()
+    rendered(at)
+    assert [t.value for t in at.toast] == ["Label of c3 saved with the run, marked as edited."]
+    assert any(h.value.startswith("c3: thin words") for h in at.subheader)
+    assert not rendered(at).toast  # once
 
 
 @pytest.mark.slow
@@ -151,11 +175,19 @@ def test_compare_shows_the_three_methods_and_the_faithfulness_table(cache_env):
     assert [s.value for s in at.subheader] == ["VQLC", "K-Means", "LACOAT", "Against energy-matched controls"]
     assert any("| VQLC | prediction concept | matched concept |" in m.value for m in at.markdown)
     assert len(html_bodies(at)) == 3
-    faith = at.dataframe[0].value
-    assert set(faith["method"]) == {"control", "kmeans", "lacoat", "vqlc"}
+    faith, cost = (d.value for d in at.dataframe[:2])
+    assert set(faith["method"]) == {"control", "K-Means", "LACOAT", "VQLC"}
     assert {"global mean", "random direction", "random concept", "prediction concept"} <= set(faith["target"])
-    assert (faith["conf_drop_low"] <= faith["mean_conf_drop"]).all() and "mean_energy" in faith
-    assert len(plotly_specs(at)) == 2
+    assert (faith["drop, 95% CI low"] <= faith["mean confidence drop"]).all() and "energy removed" in faith
+    assert set(cost["method"]) == {"VQLC", "K-Means", "LACOAT"}
+    assert not [c for c in [*faith.columns, *cost.columns] if "_" in c]  # no raw column name
+    shown_as = json.loads(at.dataframe[0].proto.columns)  # numbers as rounded, not cut at four decimals
+    assert shown_as["mean confidence drop"]["type_config"]["format"] == "%g"
+    specs = plotly_specs(at)
+    assert len(specs) == 2
+    titles = [a["text"] for a in specs[1]["layout"]["annotations"]]
+    assert titles == ["fit time (s)", "peak memory (MB)"]  # not 'variable=fit_time_s'
+    assert {t["name"] for t in specs[0]["data"]} == {"control", "K-Means", "LACOAT", "VQLC"}
 
 
 @pytest.mark.slow
@@ -203,8 +235,10 @@ def test_a_broken_run_is_one_sentence_not_a_traceback(tmp_path, monkeypatch):
     at = page("explain", text=SENTENCE)
     at.session_state["run"] = "old"
     at.run()
-    assert not at.exception
-    assert f"expected format {FORMAT_VERSION}, got 99" in at.error[0].value
+    assert not at.exception and not at.error
+    assert "1 run(s) have no finished concept method; the **Build** page lists them" in at.info[0].value
+    frame = rendered(page("build"), "build (a broken run)").dataframe[0].value.set_index("run")
+    assert f"expected format {FORMAT_VERSION}, got 99" in frame.at["old", "what to do"]
 
 
 # --- a run that is not finished: the command the page suggests carries the run's own settings ---
@@ -237,17 +271,13 @@ def test_the_suggested_build_command_carries_the_runs_own_settings(monkeypatch, 
     assert _parsed(command).flat() == cfg.flat()
 
 
-def _first_try_failed(cache):
-    """Run 'half' after a first build that failed in its first stage (a wrong text column)."""
-    from vqlc_core.build.config import preset
-    from vqlc_core.build.pipeline import build
-    from vqlc_core.base.runio import RunError
-
-    data = cache / "reviews.csv"
-    data.parent.mkdir(parents=True, exist_ok=True)
-    data.write_text("sentence,label\n" + "".join(f"text {i},{i % 2}\n" for i in range(20)))
-    with pytest.raises(RunError, match="no text column"):
-        build(preset("default", run="half", dataset=str(data), limit=10, cache_dir=cache))
+def _killed_in_its_first_stage(cache, request):
+    """Run 'half' as a build killed in its first stage leaves it: a manifest and no finished stage
+    (a first build that fails with an error leaves no run at all)."""
+    src = request.getfixturevalue("apptest_run").dir / "manifest.json"
+    manifest = {**json.loads(src.read_text()), "stages": {}}
+    (cache / "runs" / "half").mkdir(parents=True)
+    (cache / "runs" / "half" / "manifest.json").write_text(json.dumps(manifest))
     return cache / "runs" / "half"
 
 
@@ -263,11 +293,10 @@ def _no_classifier_yet(cache, request):
     return run.dir
 
 
-@pytest.mark.parametrize("make, phrase", [
-    (lambda cache, request: _first_try_failed(cache), "has no finished stage yet"),
-    (_no_classifier_yet, "has no finished 'classifier' stage yet"),
-], ids=["first build failed", "no classifier yet"])
-def test_a_half_built_run_is_shown_with_a_command_that_finishes_it(request, tmp_path, monkeypatch, make, phrase):
+@pytest.mark.parametrize("make", [_killed_in_its_first_stage, _no_classifier_yet],
+                         ids=["first build killed", "no classifier yet"])
+def test_a_run_with_no_concept_method_is_listed_on_the_build_page_only(request, tmp_path, monkeypatch, make):
+    from tests.runcopy import linked_copy
     from vqlc_core.build.run import Run
 
     run_dir = make(tmp_path, request)
@@ -275,12 +304,25 @@ def test_a_half_built_run_is_shown_with_a_command_that_finishes_it(request, tmp_
     at = page("explain", text=SENTENCE)
     at.session_state["run"] = "half"
     at.run()
-    assert not at.exception and not at.error
-    (warning,) = [w.value for w in at.warning]
-    assert phrase in warning, warning
-    command = re.search(r"`(vqlc build [^`]*)`", warning).group(1)
+    assert not at.exception and not at.error and not at.sidebar.selectbox  # no run to choose
+    (info,) = [i.value for i in at.info]
+    assert "No run is built yet" in info and "1 run(s) have no finished concept method" in info, info
+
+    linked_copy(request.getfixturevalue("apptest_run").dir, tmp_path)
+    at = page("concepts")
+    at.session_state["run"] = "half"  # e.g. from an old link: the pages show a run they can show
+    rendered(at, "concepts (beside a half-built run)")
+    assert [s.options for s in at.sidebar.selectbox if s.label == "Run"] == [[RUN]]
+
+    frame = rendered(page("build"), "build").dataframe[0].value.set_index("run")
+    accuracy = Run(tmp_path / "runs" / RUN).manifest.data["stages"]["classifier"]["accuracy"]["test"]
+    assert frame.at[RUN, "test accuracy"] == f"{accuracy:.3f}"
+    assert frame.at[RUN, "what to do"] == "ready"
+    assert frame.at["half", "test accuracy"] == "not built yet"
+    todo = frame.at["half", "what to do"]
+    assert todo.startswith("not shown (no finished concept method): build it with vqlc build "), todo
     monkeypatch.delenv("VQLC_CACHE_DIR")
-    assert _parsed(command).flat() == Run(run_dir).rebuild_config().flat()
+    assert _parsed(todo.split("build it with ", 1)[1]).flat() == Run(run_dir).rebuild_config().flat()
 
 
 @pytest.mark.slow
@@ -294,3 +336,16 @@ def test_a_concept_whose_cloud_cannot_be_drawn_shows_its_words(cache_env, monkey
     word_concepts = [k for k in range(cs.n_concepts) if cs.top_words(k, 1)]
     lists = [k for k in word_concepts if ", ".join(w for w, _ in cs.top_words(k, 15)).replace(".", "\\.") in shown]
     assert len(lists) >= (2 if name == "concepts" else 1), shown
+
+
+@pytest.mark.slow
+def test_the_concepts_page_prepares_the_html_file_before_offering_it(cache_env):
+    at = rendered(page("concepts", method="kmeans"), "concepts")
+    assert "Download as one HTML file" not in {b.label for b in at.get("download_button")}
+    next(b for b in at.sidebar.button if b.label == "Prepare the HTML file").click().run()
+    assert not at.exception and not at.error
+    offered = [b for b in at.get("download_button") if b.label == "Download as one HTML file"]
+    assert len(offered) == 1 and offered[0].proto.ignore_rerun  # the download reruns nothing
+    assert offered[0].proto.url  # the file's bytes, drawn while the progress bar showed
+    at.sidebar.text_input[0].input("the").run()  # another widget: the prepared file stays offered
+    assert "Download as one HTML file" in {b.label for b in at.get("download_button")}

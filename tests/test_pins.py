@@ -59,3 +59,43 @@ def test_a_broken_pins_file_is_one_sentence(tmp_path, content):
     path.write_text(content)
     with pytest.raises(RunError, match=r"^The case study's pins file .* delete it to start the case study afresh\.$"):
         load_pins(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def two_concepts(apptest_run) -> list[int]:
+    """Two concepts the Explain page shows for SENTENCE under VQLC (its words' when it shows one)."""
+    ex = apptest_run.explainer().explain(SENTENCE).to_dict()
+    shown = [c["concept"] for c in browse.shown_concepts(ex, "vqlc")]
+    words = [k for k in dict.fromkeys(ex["methods"]["vqlc"]["word_concepts"]) if k not in shown]
+    return (shown + words)[:2]
+
+
+@pytest.mark.slow
+def test_a_pin_records_the_concepts_ablated_together_and_what_they_gave(apptest_run, two_concepts):
+    explainer = apptest_run.explainer()
+    a, b = two_concepts
+    pin = browse.make_pin(explainer, SENTENCE, "vqlc", source=browse.provenance(apptest_run, "vqlc"), ablated=[b, a])
+    both = explainer.ablate(SENTENCE, "vqlc", [a, b])
+    assert pin["ablated"]["concepts"] == sorted([a, b]) and browse.ablated_ids(pin) == sorted([a, b])
+    assert pin["ablated"]["new_prediction"] == both["prediction"]
+    assert pin["ablated"]["new_confidence"] == pytest.approx(both["confidence"], abs=1e-6)
+    assert pin["ablated"]["delta"] == pytest.approx(both["delta"], abs=1e-6)
+    for c in pin["concepts"]:  # and each shown concept alone, as before
+        alone = explainer.ablate(SENTENCE, "vqlc", [c["concept"]])
+        assert c["new_confidence"] == pytest.approx(alone["confidence"], abs=1e-6)
+    assert {a, b} <= set(pin["labels"])
+
+
+@pytest.mark.slow
+def test_each_set_of_ablated_concepts_is_its_own_pin_and_old_pins_still_load(run, pinned, two_concepts):
+    vqlc = pinned[0]
+    combined = browse.make_pin(run.explainer(), SENTENCE, "vqlc", source=browse.provenance(run, "vqlc"),
+                               ablated=two_concepts)
+    old = {k: v for k, v in vqlc.items() if k != "ablated"}  # a pin saved before pins kept the combination
+    assert add_pin(run.dir, old) == 1
+    assert add_pin(run.dir, vqlc) is None  # nothing ablated: the same view as the old pin
+    assert add_pin(run.dir, combined) == 2 and add_pin(run.dir, combined) is None
+    back = load_pins(run.dir)
+    assert back[1]["ablated"] == combined["ablated"] and browse.ablated_ids(back[0]) == []
+    assert remove_pin(run.dir, "apptest", "vqlc", SENTENCE, two_concepts)
+    assert load_pins(run.dir) == [old]

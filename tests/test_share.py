@@ -13,6 +13,7 @@ from streamlit.testing.v1 import AppTest
 from tests.conftest import ROOT
 from tests.runcopy import linked_copy
 from vqlc_core.views.pins import load_pins
+from vqlc_ui import plain
 from vqlc_ui.share import encode, format_ablate, link, parse_ablate
 
 SENTENCE = "the plot is thin but the actors seem to enjoy themselves"  # plain words, one word each
@@ -62,7 +63,7 @@ def test_a_link_holds_only_what_the_view_has():
 def test_a_link_opens_its_run_method_and_concept(run):
     at = opened("concepts", run="apptest", method="kmeans", concept="3")
     assert at.sidebar.selectbox[1].value == "kmeans"
-    assert at.subheader[0].value == run.concept_set("kmeans").label(3, 5)
+    assert at.subheader[0].value == plain(run.concept_set("kmeans").label(3, 5))  # shown as it is, no Markdown
     assert dict(at.query_params) == {"run": "apptest", "method": "kmeans", "concept": "3"}
     assert shown_link(at) == "?run=apptest&method=kmeans&concept=3"  # AppTest has no address; a browser adds it
 

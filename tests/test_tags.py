@@ -146,8 +146,9 @@ def test_a_concept_is_aligned_with_adj_only_above_the_threshold(share, aligned):
     assert ta.concepts_aligned_with(p, "POS: NOUN") == [1]
     names = ta.tag_names(p)
     assert (names.get(0) == "ADJ (POS, from tags)") == aligned
-    counts = ta.alignment_counts(p, considered=2).set_index("tag_set")
+    counts = ta.alignment_counts(p, np.bincount(assign)).set_index("tag_set")
     assert counts.loc["pos", "aligned"] == (2 if aligned else 1)
+    assert counts.loc["pos", "rows"] == pytest.approx(1.0 if aligned else 0.5)
 
 
 def test_too_many_untagged_members_or_too_few_members_leave_a_concept_unaligned():
@@ -178,7 +179,7 @@ def test_the_annotate_stage_report_and_names_on_the_small_run(apptest_run):
     words = (run.store.tokens["kind"] == "word").to_numpy()
     assert tags.loc[words, "pos"].notna().mean() > 0.9
     assert tags.loc[~words, "predicted"].notna().all()
-    table = run.alignment_table()
+    table = ta.alignment_table(run)
     assert set(table["method"]) == set(run.methods_built())
     for m in run.methods_built():
         cs = run.concepts(m)

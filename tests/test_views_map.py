@@ -1,18 +1,21 @@
 """What the Codebook map page plots of a stored map: marker diameters that grow with a concept's
-size and stay within their bounds, and hover texts (labels, top words, class names) escaped, since
-plotly reads tags there and the words come from the corpus."""
+size and stay within their bounds, hover texts (labels, top words, class names) escaped, since
+plotly reads tags there and the words come from the corpus, hover fields named in words, and
+class colours that differ in hue."""
 
 from __future__ import annotations
 
+import colorsys
 import json
 
 import numpy as np
 import pandas as pd
-import plotly.express as px
 import pytest
+from matplotlib.colors import to_rgb
 
 from vqlc_core.methods.concepts import ConceptSet, summarize
-from vqlc_core.views.maps import HOVER_DATA, MARKER_MAX, MARKER_MIN, concept_map, hover_text, marker_size, plot_frame
+from vqlc_core.views.maps import (CLASS_COLORS, MARKER_MAX, MARKER_MIN, concept_map, hover_text, map_figure,
+                                  marker_size, plot_frame)
 
 EVIL = "<script>alert(1)</script>"
 
@@ -76,10 +79,40 @@ def test_plot_frame_escapes_every_hover_text_and_sizes_the_markers():
 def test_the_plotted_map_carries_no_raw_tag():
     cs = evil_concepts()
     df = plot_frame(concept_map(cs), cs.label)
-    fig = px.scatter(df, x="x", y="y", size="marker", color="dominant_class", custom_data=["concept"],
-                     hover_name="name", hover_data=HOVER_DATA)  # as the page draws it
+    fig = map_figure(df, cs.class_names)  # as the page draws it
     spec = json.loads(fig.to_json())
     text = json.dumps([{k: t.get(k) for k in ("customdata", "hovertext", "hovertemplate", "name")}
                        for t in spec["data"]])
     assert "&lt;script&gt;" in text and "&lt;b&gt;pos" in text
     assert "<script" not in text and "<b>pos" not in text
+
+
+def test_the_map_hover_names_each_field_in_words_and_keeps_the_concept_id_first(apptest_run):
+    cs = apptest_run.concept_set("vqlc")
+    df = plot_frame(apptest_run.concept_map("vqlc"), cs.label)
+    fig = map_figure(df, cs.class_names)
+    for t in fig.data:
+        assert "=" not in t.hovertemplate and "_" not in t.hovertemplate.replace("customdata", "")
+        assert all(f"{name}: " in t.hovertemplate for name in ("top words", "members", "purity", "dominant class"))
+        assert t.hovertemplate.startswith("<b>%{hovertext}</b>")  # the concept's name first
+    assert sorted(int(c[0]) for t in fig.data for c in t.customdata) == sorted(df["concept"])  # a click opens it
+    assert fig.layout.legend.title.text == "dominant class"
+
+
+def hue(colour: str) -> float:
+    return colorsys.rgb_to_hls(*to_rgb(colour))[0] * 360
+
+
+def test_the_classes_differ_in_hue_and_keep_their_colour_across_methods(apptest_run):
+    classes = apptest_run.class_names
+    colours = {}
+    for m in apptest_run.methods_built():
+        cs = apptest_run.concept_set(m)
+        fig = map_figure(plot_frame(apptest_run.concept_map(m), cs.label), classes)
+        for t in fig.data:
+            assert colours.setdefault(t.name, t.marker.color) == t.marker.color, (m, t.name)
+    assert set(colours) == set(classes)
+    a, b = (colours[c] for c in classes[:2])
+    assert abs(hue(a) - hue(b)) % 360 > 90, (a, b)  # not two shades of one hue
+    assert abs(colorsys.rgb_to_hls(*to_rgb(a))[1] - colorsys.rgb_to_hls(*to_rgb(b))[1]) > 0.1  # nor one lightness
+    assert len(set(CLASS_COLORS)) == len(CLASS_COLORS)

@@ -136,13 +136,25 @@ def _explain(run_dir: str, _stamp: int, text: str) -> dict:
     return precomputed_explanation(run_dir, text) or service(run_dir, _stamp).explain(text, alive=session_alive)
 
 
+# The fields of a prediction concept in the order tables show them: the build's stored example
+# (JSON with sorted keys) and a live explanation must not show their columns in different orders.
+PREDICTION_FIELDS = ("concept", "label", "probability")
+
+
+def _in_field_order(concept: dict) -> dict:
+    return {**{f: concept[f] for f in PREDICTION_FIELDS if f in concept}, **concept}
+
+
 def explain(run_dir: str, _stamp: int, text: str) -> dict:
     """The explanation of `text`, its concepts named by their current labels (a label written
-    or edited after it was computed shows at once)."""
+    or edited after it was computed shows at once) and each prediction concept's fields in
+    `PREDICTION_FIELDS` order, whether it was stored by the build or computed now."""
     from vqlc_core.views.browse import relabel
 
     ex = _explain(run_dir, _stamp, text)
-    return relabel(ex, {m: concepts(run_dir, _stamp, m).label for m in ex["methods"]})
+    ex = relabel(ex, {m: concepts(run_dir, _stamp, m).label for m in ex["methods"]})
+    return {**ex, "methods": {m: {**b, "prediction_concepts": [_in_field_order(c) for c in b["prediction_concepts"]]}
+                              for m, b in ex["methods"].items()}}
 
 
 @st.cache_data(show_spinner=False, max_entries=2048)

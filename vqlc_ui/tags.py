@@ -12,6 +12,7 @@ from vqlc_core.evaluate import tag_alignment
 from vqlc_core.evaluate.evaluation import concept_faithfulness
 
 from .loaders import concepts, load_run
+from .loaders import stamp as loaders_stamp
 
 SORTS = ("id", "size", "purity", "alignment", "faithfulness")
 ANY = "any tag"
@@ -46,14 +47,22 @@ def tags_caption(run, method: str, k: int, stamp: int) -> None:
         return
     line = tag_alignment.tags_line(tag_alignment.top_tags(p, k))
     if line:
-        st.caption(_plain("Tags: " + line), help="the share of the concept's train members with each tag, the tags most "
-                   "over-represented against the corpus first; ✓: the concept is aligned with the tag (at least "
+        st.caption(_plain("Tags: " + line), help="the share of the concept's train members with each tag, the "
+                   "tags most over-represented against the corpus first; ✓: the concept is aligned with the tag (at least "
                    "90% of its tagged members carry it, as ConceptX)")
+
+
+def pin_tags(run, method: str, ids) -> dict[int, str]:
+    """Each concept of `ids`' strongest tags as one line, for a pin (its exports carry them)."""
+    p = profiles(str(run.dir), loaders_stamp(run), method)
+    if p is None:
+        return {}
+    return {int(k): line for k in ids if (line := tag_alignment.tags_line(tag_alignment.top_tags(p, int(k))))}
 
 
 def missing_caption(run) -> None:
     """One sentence naming the tag sets this run could not make, and why."""
-    missing = run.missing_tag_sets
+    missing = tag_alignment.missing_tag_sets(run)
     if missing:
         whys = sorted(set(missing.values()))
         st.caption(_plain(f"No {', '.join(TAG_SETS[s] for s in missing)} tags for this run: {'; '.join(whys)}."))
@@ -77,8 +86,8 @@ def filter_and_sort(run, method: str, stamp: int, ids: list[int]) -> list[int]:
         st.sidebar.caption("This run has no linguistic tags; build it again to add them.")
     how = st.sidebar.selectbox("Sort by", SORTS, key=f"concept_sort_{method}",
                                help="size: train members; purity: share of the dominant class; alignment: the share "
-                                    "of the concept's strongest tag (casing aside); faithfulness: the mean confidence drop when it "
-                                    "is ablated as a test sentence's prediction concept")
+                                    "of the concept's strongest tag (casing aside); faithfulness: the mean "
+                                    "confidence drop when it is ablated as a test sentence's prediction concept")
     if how == "id":
         return ids
     if how in ("size", "purity"):
@@ -90,3 +99,9 @@ def filter_and_sort(run, method: str, stamp: int, ids: list[int]) -> list[int]:
         key = faithfulness(rd, stamp, method)
     key = key.reindex(range(cs.n_concepts))
     return sorted(ids, key=lambda k: (pd.isna(key[k]), -(key[k] if not pd.isna(key[k]) else 0), k))
+
+
+@st.cache_data(show_spinner="Aligning the concepts with the tags...", max_entries=8)
+def comparison(run_dir: str, _stamp: int) -> pd.DataFrame:
+    """The run's aligned-concept table, one row per tag set, one column per method."""
+    return tag_alignment.display_frame(tag_alignment.alignment_table(load_run(run_dir, _stamp)))

@@ -21,9 +21,12 @@ from vqlc_core.methods.concepts import prediction_examples
 
 from .loaders import (ablate, cloud, concepts, feature_contexts, prediction_members, stamp, texts, thumbnail, tokens,
                       top_activations)
-from .widgets import guard, text_key
+from .tags import tags_caption
+from .widgets import guard, text_key, toast_after_rerun
 
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|~<>$&])")
+# In escaped HTML, a tag, a character reference, or one ASCII punctuation character of the text.
+_HTML_TEXT = re.compile(r"(<[^>]*>|&(?:#\d+|#x[0-9a-fA-F]+|[A-Za-z]\w*);)|([!-/:-@\[-`{-~])")
 # The ablation result stays in view while the cards under it scroll, so it is always beside the
 # toggle just pressed (the header bar is 3.75rem high).
 _STICKY = ("<style>div:has(> [class*='st-key-ablation_result_']) {position: sticky; top: 3.75rem; z-index: 3; "
@@ -33,6 +36,22 @@ _STICKY = ("<style>div:has(> [class*='st-key-ablation_result_']) {position: stic
 def plain(text: str) -> str:
     """`text` for st.markdown / st.caption, shown as it is (no markup, math or HTML)."""
     return _MARKDOWN.sub(r"\\\1", text)
+
+
+def literal_html(body: str) -> str:
+    """Escaped HTML (tags, and text escaped with `html.escape`) for st.markdown, its text shown as
+    it is: each ASCII punctuation character of the text becomes a numeric character reference,
+    which Markdown takes as a literal character (no math between `$`, no escape by `\\`, no
+    code, emphasis or strike-through), while tags and references stay as they are."""
+    return _HTML_TEXT.sub(lambda m: m.group(1) or f"&#{ord(m.group(2))};", body)
+
+
+def colored_sentence(text: str, words: list[dict], concept_ids: list[int], labels: dict[int, str]) -> None:
+    """The input with every word coloured by its concept, its label on hover (see
+    `browse.colored_sentence_html`). Drawn with st.html, which applies no Markdown: a `$`, `\\`,
+    backtick, `*`, `_` or `~` in the input is shown as typed, as are its line breaks."""
+    body = browse.colored_sentence_html(text, words, concept_ids, labels)
+    st.html(f'<div class="vqlc-sentence" style="white-space:pre-wrap;line-height:2">{body}</div>')
 
 
 def concept_picture(run: Run, method: str, k: int, width: int | str = "stretch") -> None:
@@ -54,6 +73,7 @@ def concept_view(run: Run, method: str, k: int) -> None:
     cs = concepts(rd, sp, method)
     row = cs.summary.loc[k]
     st.subheader(plain(cs.label(k, 5)))
+    tags_caption(run, method, k, sp)
     label_editor(run, method, k)
     a, b, c = st.columns(3)
     a.metric("Members", int(row["size"]))
@@ -73,8 +93,9 @@ def concept_view(run: Run, method: str, k: int) -> None:
             feature_activations(run, method, k)
             return
         ctx = member_contexts(texts(rd, sp), tokens(rd, sp), cs.assignments, k, n=12, seed=run.cfg.seed)
-        lines = [f"- {browse.highlight_html(r.text, r.start, r.end)}" for r in ctx.itertuples() if r.start >= 0]
-        lines += [f"- {html.escape(t)} *(prediction)*" for t in prediction_examples(texts(rd, sp), row)]
+        lines = [f"- {literal_html(browse.highlight_html(r.text, r.start, r.end))}" for r in ctx.itertuples()
+                 if r.start >= 0]
+        lines += [f"- {literal_html(html.escape(t))} *(prediction)*" for t in prediction_examples(texts(rd, sp), row)]
         st.markdown("**Contexts**\n\n" + "\n".join(lines), unsafe_allow_html=True)
 
 
@@ -102,8 +123,7 @@ def label_editor(run: Run, method: str, k: int) -> None:
         if saved:
             with guard():
                 set_label(run.dir, method, k, name, description, status)
-            st.toast(f"Label of c{k} saved with the run, marked as edited.")
-            st.rerun()
+            toast_after_rerun(f"Label of c{k} saved with the run, marked as edited.")
 
 
 def feature_activations(run: Run, method: str, k: int) -> None:
@@ -115,7 +135,7 @@ def feature_activations(run: Run, method: str, k: int) -> None:
         st.caption("This feature fires on no train word.")
         return
     scale = max(c["activation"] for c in ctx)
-    lines = [f"- `{c['activation']:.2f}` {activation_html(c, scale)}" for c in ctx]
+    lines = [f"- `{c['activation']:.2f}` {literal_html(activation_html(c, scale))}" for c in ctx]
     st.markdown("**Top-activating contexts** (shade: this feature's activation on each word)\n\n"
                 + "\n".join(lines), unsafe_allow_html=True)
 
@@ -158,6 +178,7 @@ def ablation_panel(run: Run, method: str, text: str, ex: dict, cloud_width: int 
                 concept_picture(run, method, c["concept"], width=cloud_width)
             with body:
                 st.markdown(f"**{plain(c['label'])}**  \n{plain(c['why'])}")
+                tags_caption(run, method, c["concept"], stamp(run))
                 key = f"abl_{method}_{c['concept']}_{text_key(text)}"
                 if c["concept"] in asked:
                     st.session_state[key] = True

@@ -20,7 +20,7 @@ from vqlc_core.build.run import Run, default_run, list_runs
 from vqlc_core.base.runio import CorruptStage, RunError
 from vqlc_core.build.run import unfinished_message
 
-from . import loaders, share
+from . import loaders, share, tags
 
 @contextmanager
 def guard():
@@ -79,9 +79,9 @@ def _select(label: str, key: str, options: list, default=None, **kw):
 
 
 def text_input(label: str = "Input text", height: int = 100) -> str:
-    """The input text, shared by Explain and Compare. It is cleaned before the box is drawn, so
-    nothing downstream sees (or sends back) a lone surrogate or a control character, with a
-    notice of what was replaced while that text stays."""
+    """The input text, shared by Explain and Compare. It is cleaned before the box is drawn
+    (`clean_input`: NFKC, no lone surrogate, no control character), so the box shows what the
+    model reads, with a notice of what changed while that text stays."""
     wkey = persisted("text", EXAMPLE)
     clean, notice = clean_input(st.session_state[wkey])
     if notice:
@@ -138,17 +138,35 @@ def app_navigation() -> None:
         st.rerun()
 
 
+def toast_after_rerun(message: str) -> None:
+    """Rerun the page and show `message` as a toast on the new run: a toast drawn just before
+    `st.rerun()` is dropped with the rest of the run that is cut short."""
+    st.session_state["_toast"] = message
+    st.rerun()
+
+
+def toast_kept() -> None:
+    """Show the toast `toast_after_rerun` kept for this run, once."""
+    if message := st.session_state.pop("_toast", None):
+        st.toast(message)
+
+
 def sidebar(need: tuple[str, ...] = (), choose_method: bool = True):
-    """Run (and method) selectors, set from the page's link the first time (see `share`). Stops
-    the page with an explanation when no run is built or the chosen run lacks a stage in `need`.
+    """Run (and method) selectors, set from the page's link the first time (see `share`); a run
+    with no finished concept method is not offered (the Build page lists it). Stops the page with
+    an explanation when no run is built or the chosen run lacks a stage in `need`.
     Returns (run, method or None); the link to the view is kept up to date from here on."""
     app_navigation()
     well_formed_typing()  # every page with a run has a box to type in
+    toast_kept()
     cache = loaders.cache_dir()
-    runs = [p.name for p in list_runs(cache)]
+    runs = [p.name for p in list_runs(cache, usable=True)]  # a failed first build has nothing to show
     if not runs:
-        st.info(f"No run is built yet under {cache / 'runs'}. Open the **Build** page to build the "
-                "default run, or run `python -m vqlc_core build`.")
+        unfinished = len(list_runs(cache)) - len(runs)
+        st.info(f"No run is built yet under {cache / 'runs'}"
+                + (f" ({unfinished} run(s) have no finished concept method; the **Build** page lists them with "
+                   "what to do)" if unfinished else "")
+                + ". Open the **Build** page to build the default run, or run `python -m vqlc_core build`.")
         st.stop()
     share.restore(runs)  # a link's run, method, concept and input, before the widgets read them
     run_dir = cache / "runs" / _select("Run", "run", runs, default=default_run(cache))
@@ -166,17 +184,20 @@ def sidebar(need: tuple[str, ...] = (), choose_method: bool = True):
     return run, method
 
 
-def pin_button(run: Run, method: str, text: str, key: str) -> None:
-    """A button that pins this input and its concepts, with the run's provenance, for the Case
-    study page; pins are saved with the run (`vqlc_core.views.pins`), so they outlive the session. An
-    input already pinned from this run and method is not pinned again."""
+def pin_button(run: Run, method: str, text: str, key: str, ablated=()) -> None:
+    """A button that pins this input as the page shows it, with the run's provenance, for the Case
+    study page: its concepts, each one's ablation alone, and the concepts `ablated` (toggled on the
+    page) together with the prediction they give. Pins are saved with the run
+    (`vqlc_core.views.pins`), so they outlive the session; the same view of an input is not pinned
+    again."""
     if st.button("Pin for the case study", key=key, icon=":material/push_pin:"):
         with guard():
             n = None
-            if browse.find_pin(load_pins(run.dir), run.dir.name, method, text) is None:
-                n = add_pin(run.dir, browse.make_pin(loaders.explainer(str(run.dir), loaders.stamp(run)), text, method,
-                                                     source=browse.provenance(run, method)))
+            if browse.find_pin(load_pins(run.dir), run.dir.name, method, text, ablated) is None:
+                pin = browse.make_pin(loaders.explainer(str(run.dir), loaders.stamp(run)), text, method,
+                                      source=browse.provenance(run, method), ablated=ablated)
+                n = add_pin(run.dir, {**pin, "tags": tags.pin_tags(run, method, pin["labels"])})
         if n is None:
-            st.toast("Already pinned: this input and method are in the case study.")
+            st.toast("Already pinned: this input, method and ablation are in the case study.")
         else:
             st.toast(f"Pinned: {n} pin{'s' if n != 1 else ''} in the case study.")

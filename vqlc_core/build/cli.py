@@ -18,6 +18,8 @@ import time
 from dataclasses import MISSING, fields
 from pathlib import Path
 
+from tqdm.auto import tqdm
+
 from vqlc_core.base import distributed
 from vqlc_core.base.options import field_default, field_flag
 from vqlc_core.base.runio import RunError, check_run_name, read_json
@@ -239,10 +241,20 @@ def _export_html(args: argparse.Namespace) -> int:
     if not (run_dir / "manifest.json").exists():
         raise RunError(f"No run '{args.run}' under {run_dir.parent}; `vqlc runs` lists the runs there.")
     t0 = time.perf_counter()
+    bar = None
+
+    def progress(done: int, total: int) -> None:  # the bar starts with the first concept: a mistake prints none
+        nonlocal bar
+        bar = bar or tqdm(total=total, desc="concepts drawn", unit="concept", file=sys.stderr)
+        bar.update(done - bar.n)
+
     try:
-        out = export_html.write(Run(run_dir), args.method, args.out, args.concepts)
+        out = export_html.write(Run(run_dir), args.method, args.out, args.concepts, progress)
     except OSError as err:
         raise RunError(f"Cannot write the HTML file to {args.out}: {err.strerror}; choose another --out.") from err
+    finally:
+        if bar is not None:
+            bar.close()
     log.info("vqlc: wrote %s (%.1f MB) in %.0f s", out, out.stat().st_size / 1e6, time.perf_counter() - t0)
     return 0
 

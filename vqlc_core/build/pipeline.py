@@ -77,6 +77,7 @@ def build(cfg: BuildConfig, stages: list[str] | None = None, on_stage: Callable 
     if force and run_dir.exists() and distributed.is_main():
         shutil.rmtree(run_dir)  # the run's own folder only: its name is one safe path component
     distributed.barrier()
+    created = not run_dir.exists()
     run = Run(run_dir, cfg)
     todo = [(n, st) for n, st in stage_order(cfg.methods.methods) if stages is None or n in stages]
     names = [n for n, _ in todo]
@@ -103,6 +104,20 @@ def build(cfg: BuildConfig, stages: list[str] | None = None, on_stage: Callable 
         run.manifest.save()
     distributed.barrier()
     run.check()  # never build on a finished stage whose files changed since
+    try:
+        _run_stages(run, cfg, todo, on_stage)
+    except BaseException:
+        # A first build that failed before any stage finished leaves no run behind: it would only
+        # be a name in `vqlc runs` and in every page's run selector.
+        if created and distributed.is_main() and not any(
+                v.get("state") == "complete" for v in run.manifest.data["stages"].values()):
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    return run
+
+
+def _run_stages(run: Run, cfg: BuildConfig, todo: list, on_stage: Callable | None) -> None:
+    """Run the stages of `todo` in order, each recorded in the manifest when complete."""
     flat = cfg.flat()
     for i, (name, st) in enumerate(todo):
         if on_stage:
@@ -124,4 +139,3 @@ def build(cfg: BuildConfig, stages: list[str] | None = None, on_stage: Callable 
                  json.dumps({k: v for k, v in info.items() if k != "wall_s"}))
     if on_stage:
         on_stage(len(todo), len(todo), "done")
-    return run

@@ -172,49 +172,23 @@ class Run:
             cs.tag_names = tag_alignment.tag_names(self.tag_profiles(method, seed, cs))
         return cs
 
-    # --- linguistic tags (the `annotate` stage) ------------------------------------------------
     @cached_property
     def tags(self) -> pd.DataFrame | None:
-        """Every store row's linguistic tags (store/tags.parquet), or None before `annotate` ran."""
-        if not self.manifest.is_complete("annotate"):
-            return None
-        return read_parquet(self.dir / "store" / "tags.parquet")
-
-    @property
-    def missing_tag_sets(self) -> dict[str, str]:
-        """Tag sets the `annotate` stage could not make, each with why (say so on the pages)."""
-        return self.manifest.data["stages"].get("annotate", {}).get("missing", {})
+        """Every store row's linguistic tags (store/tags.parquet, the `annotate` stage), or None before it ran."""
+        return read_parquet(self.dir / "store" / "tags.parquet") if self.manifest.is_complete("annotate") else None
 
     def tag_profiles(self, method: str, seed: int | None = None, cs: ConceptSet | None = None,
                      threshold: float = tag_alignment.ALIGN_THRESHOLD) -> pd.DataFrame:
         """Each concept's tag profile and alignment over its train members (`tag_alignment`)."""
         if self.tags is None:
-            raise RunError(f"Run '{self.dir.name}' has no linguistic tags yet; build it again "
-                           f"(`vqlc build --run {self.dir.name}`) to run the annotate stage.")
-        cs = cs if cs is not None else ConceptSet.load(self.method_dir(method, seed), n_rows=self.store.n_rows,
-                                                       dim=self.store.dim)
-        return tag_alignment.concept_profiles(cs.assignments, cs.n_concepts, self.tags, self.train_rows,
-                                              threshold=threshold)
+            raise RunError(f"Run '{self.dir.name}' has no linguistic tags; build it again to run the annotate stage.")
+        cs = cs or ConceptSet.load(self.method_dir(method, seed), n_rows=self.store.n_rows, dim=self.store.dim)
+        return tag_alignment.concept_profiles(cs.assignments, cs.n_concepts, self.tags, self.train_rows, threshold)
 
     @cached_property
     def train_rows(self) -> np.ndarray:
         """The store rows of train texts, the rows concepts are shaped by."""
         return self.store.rows_where(split="train")
-
-    def alignment_table(self, threshold: float = tag_alignment.ALIGN_THRESHOLD) -> pd.DataFrame:
-        """Aligned concepts per method and tag set, over the build's seeds (`tag_alignment.comparison`)."""
-        per_seed = {}
-        for m in self.methods_built():
-            frames = []
-            for seed in self.cfg.method_seeds:
-                if not self.method_dir(m, seed).joinpath("assignments.npy").exists():
-                    continue
-                cs = ConceptSet.load(self.method_dir(m, seed), n_rows=self.store.n_rows, dim=self.store.dim)
-                n = tag_alignment.considered(cs.assignments, cs.n_concepts, self.train_rows)
-                counts = tag_alignment.alignment_counts(self.tag_profiles(m, seed, cs, threshold), n)
-                frames.append(counts.assign(considered=n))
-            per_seed[m] = frames
-        return tag_alignment.comparison(per_seed, seed=self.cfg.seed)
 
     def method(self, name: str, seed: int | None = None):
         """The fitted concept method `name` (of `seed`, default: the shown one)."""
@@ -310,10 +284,21 @@ def open_run(name_or_path: str | Path, cache_dir: str | Path | None = None) -> R
     return Run(path)
 
 
-def list_runs(cache_dir: str | Path | None = None) -> list[Path]:
-    """Run directories (those with a manifest) under `cache_dir`/runs, sorted by name."""
+def has_a_method(run_dir: str | Path) -> bool:
+    """Whether the run in `run_dir` has a finished concept method, the least a page can show (manifest only)."""
+    m = read_json(Path(run_dir) / "manifest.json")
+    methods = m.get("config", {}).get("methods", {})  # format 1 kept a list here
+    done = {s for s, v in m.get("stages", {}).items() if v.get("state") == "complete"}
+    return isinstance(methods, dict) and bool(done & set(methods.get("methods", [])))
+
+
+def list_runs(cache_dir: str | Path | None = None, usable: bool = False) -> list[Path]:
+    """Run directories (those with a manifest) under `cache_dir`/runs, sorted by name; with
+    `usable`, only those with a finished concept method (`has_a_method`): a failed first build
+    leaves a run the pages cannot show."""
     root = Path(cache_dir if cache_dir is not None else cache_dir_default()) / "runs"
-    return sorted(p for p in root.iterdir() if (p / "manifest.json").exists()) if root.exists() else []
+    runs = sorted(p for p in root.iterdir() if (p / "manifest.json").exists()) if root.exists() else []
+    return [p for p in runs if has_a_method(p)] if usable else runs
 
 
 def is_built(run_dir: str | Path) -> bool:

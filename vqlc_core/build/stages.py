@@ -20,11 +20,12 @@ from vqlc_core.build.config import SECTIONS, section_fields
 from vqlc_core.methods.base import method_class, method_names
 from vqlc_core.base.runio import RunError, read_npy, write_json, write_npy, write_parquet
 from vqlc_core.base import distributed
-from vqlc_core.data.alignment import check_alignment
+from vqlc_core.data.alignment import Aligner, check_alignment
 from vqlc_core.data.classifier import Classifier
 from vqlc_core.data.datasets import load_dataset, split_dataset
 from vqlc_core.data.extract import build_store
 from vqlc_core.data.finetune import finetune
+from vqlc_core.data.models import load_tokenizer
 from vqlc_core.data.store import cap_fit_set, fit_set_rows
 from vqlc_core.data.tags import annotate
 from vqlc_core.evaluate.evaluation import evaluate
@@ -60,10 +61,30 @@ def stage_texts(run, name: str) -> dict:
                        "split": split, "group": ds.groups if ds.groups is not None else np.arange(len(ds.texts))})
     write_parquet(run.dir / "texts.parquet", df)
     run.manifest.data["class_names"] = list(ds.class_names)
+    run.manifest.data.pop("alignment", None)  # measured on other texts
+    check_words(run)  # the first moment it can: a model that fails costs seconds, and a new run is not kept
     return {"n_texts": len(df), "splits": df["split"].value_counts().to_dict()}
 
 
+def check_words(run) -> float:
+    """Words are what concepts are made of: refuse a model whose tokenizer's words do not line up
+    with the text's, reading the tokenizer alone, before any weights are converted, fine-tuned or
+    run. The ratio, family and scheme go into the manifest, with the model and max_length they
+    were measured for, so a later stage measures again only when either changed."""
+    e = run.cfg.extract
+    facts = run.manifest.data.get("alignment") or {}
+    if facts.get("model") == e.model and facts.get("max_length") == e.max_length:
+        return facts["ratio"]
+    tok, model, add_bos = load_tokenizer(e.model, run.cfg.cache_dir)
+    ratio = check_alignment(tok, run.texts["text"].tolist(), model, e.max_length, add_bos)
+    aligner = Aligner(tok)
+    run.manifest.data["alignment"] = {"ratio": round(ratio, 4), "family": aligner.family, "scheme": aligner.scheme,
+                                      "model": e.model, "max_length": e.max_length}
+    return ratio
+
+
 def stage_finetune(run, name: str) -> dict:
+    check_words(run)  # before the model is loaded (a GGUF file is converted then), if the model changed
     bb = run.backbone
     ft = run.cfg.finetune
     mode = ft.mode_for(bb.kind, bb.is_classifier)
@@ -72,16 +93,13 @@ def stage_finetune(run, name: str) -> dict:
     head, info = finetune(bb, run.texts, run.class_names, ft, run.dir / "finetune", seed=run.cfg.seed)
     run.finetuned_head = head
     return {"mode": mode, "chosen_epoch": info["chosen_epoch"], "dev_accuracy": info["best_dev_accuracy"],
-            "seconds": info["seconds"]}
+            "seconds": info["seconds"], "estimated_seconds": info["estimated_seconds"], "steps": info["steps"]}
 
 
 def stage_extract(run, name: str) -> dict:
+    ratio = check_words(run)  # measured again only when the model or max_length changed since
     ecfg, bb = run.cfg.extract, run.backbone
     layer = bb.check_layer(ecfg.layer if ecfg.layer is not None else max(1, bb.n_layers - 1))
-    # Words are what concepts are made of: refuse a tokenizer whose words do not line up with the text's.
-    ratio = check_alignment(bb, run.texts["text"].tolist())
-    run.manifest.data["alignment"] = {"ratio": round(ratio, 4), "family": bb.aligner.family,
-                                      "scheme": bb.aligner.scheme}
     run.manifest.data["layer"] = layer
     run.manifest.data["pooling"] = ecfg.pooling or bb.pooling
     device = distributed.device() if distributed.world() > 1 else "cpu"
@@ -198,7 +216,7 @@ def stage_evaluate(run, name: str) -> dict:
 def stage_maps(run, name: str) -> dict:
     for m in run.methods_built():
         write_parquet(run.dir / "methods" / m / "map.parquet", concept_map(run.concept_set(m), seed=run.cfg.seed))
-        precompute_clouds(run, m, n=24)  # the Concepts page's first grid page opens without drawing
+        precompute_clouds(run, m)  # every cloud (~50 ms each): no page or HTML export draws one
         write_top(run, m)  # an SAE feature's top-activating contexts (methods with activations only)
     if run.manifest.is_complete("classifier"):
         precompute_example(run)  # Explain and Compare open on it without waiting for the model

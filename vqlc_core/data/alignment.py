@@ -183,11 +183,26 @@ class Aligner:
         return WordSpan(text[start:end], start - shift, end - shift, group)
 
 
-def alignment_ratio(backbone, texts: list[str], sample: int = 200, seed: int = 0) -> float:
-    """Aligned words per reference word over a seeded sample of `texts`: about 1 when the words the
-    backbone finds are the words of the text, far below 1 when it merges them (a whole text taken
-    as one word), above 1 when it splits them apart. A text cut by `max_length` is counted up to
-    its last aligned word.
+def tokenize_words(tokenizer, aligner: Aligner, texts: list[str], max_length: int, add_bos: bool = False):
+    """A padded batch of `texts` cut at `max_length` tokens and, per text, its words with their token
+    positions; `add_bos` writes the BOS into each text (a decoder whose tokenizer adds none)."""
+    texts = [t if t.strip() else " " for t in texts]
+    if add_bos:
+        texts = [tokenizer.bos_token + t for t in texts]
+    enc = tokenizer(texts, return_tensors="pt", padding=True, truncation=True, max_length=max_length,
+                    return_offsets_mapping=True)
+    shift = len(tokenizer.bos_token) if add_bos else 0
+    words = [aligner.words(enc, i, texts[i], shift) for i in range(len(texts))]
+    enc.pop("offset_mapping")
+    return enc, words
+
+
+def alignment_ratio(tokenizer, texts: list[str], max_length: int, add_bos: bool = False, sample: int = 200,
+                    seed: int = 0) -> float:
+    """Aligned words per reference word over a seeded sample of `texts`, from the tokenizer alone
+    (no model): about 1 when the words the tokenizer gives are the words of the text, far below 1
+    when it merges them (a whole text taken as one word), above 1 when it splits them apart. A text
+    cut by `max_length` is counted up to its last aligned word.
 
     CJK is left out of both counts. Its words are cut at every token boundary whatever the
     tokenizer does, so nothing there can merge, and neither reference fits it: by characters, a
@@ -196,13 +211,14 @@ def alignment_ratio(backbone, texts: list[str], sample: int = 200, seed: int = 0
     texts = list(texts)
     if not texts:
         return 1.0
+    aligner = Aligner(tokenizer)
     rng = np.random.default_rng(seed)
     picked = sorted(rng.choice(len(texts), size=min(sample, len(texts)), replace=False).tolist())
     aligned = reference = 0
     for b in range(0, len(picked), 32):
         batch = [texts[i] for i in picked[b : b + 32]]
-        enc, words = backbone.tokenize(batch)
-        full = enc["attention_mask"].sum(1) >= backbone.max_length  # truncated, or just fits
+        enc, words = tokenize_words(tokenizer, aligner, batch, max_length, add_bos)
+        full = enc["attention_mask"].sum(1) >= max_length  # truncated, or just fits
         for j, (text, ws) in enumerate(zip(batch, words)):
             end = ws[-1].end if full[j] and ws else len(text)
             aligned += sum(1 for w in ws if not _IS_CJK.search(w.word))
@@ -210,13 +226,14 @@ def alignment_ratio(backbone, texts: list[str], sample: int = 200, seed: int = 0
     return aligned / reference if reference else 1.0
 
 
-def check_alignment(backbone, texts: list[str], threshold: float = MIN_RATIO, ceiling: float = MAX_RATIO,
-                    sample: int = 200, seed: int = 0) -> float:
-    """`alignment_ratio` of the backbone on `texts`, refused with one sentence outside
-    [threshold, ceiling]."""
-    ratio = alignment_ratio(backbone, texts, sample=sample, seed=seed)
-    family = tokenizer_family(backbone.tokenizer)
-    name = backbone.name or type(backbone.model).__name__
+def check_alignment(tokenizer, texts: list[str], name: str, max_length: int, add_bos: bool = False,
+                    threshold: float = MIN_RATIO, ceiling: float = MAX_RATIO, sample: int = 200,
+                    seed: int = 0) -> float:
+    """`alignment_ratio` of model `name`'s tokenizer on `texts`, refused with one sentence outside
+    [threshold, ceiling]. It reads the tokenizer alone, so a build checks it before converting,
+    fine-tuning or running any weights."""
+    ratio = alignment_ratio(tokenizer, texts, max_length, add_bos, sample=sample, seed=seed)
+    family = tokenizer_family(tokenizer)
     if ratio < threshold or ratio > ceiling:
         what = "merges words" if ratio < threshold else "splits words apart"
         bound = f"at least {threshold:.2f}" if ratio < threshold else f"at most {ceiling:.2f}"

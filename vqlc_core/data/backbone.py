@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from vqlc_core.data.alignment import Aligner, WordSpan
+from vqlc_core.data.alignment import Aligner, WordSpan, tokenize_words
 from vqlc_core.data.models import load_model, prepare
 from vqlc_core.base.runio import RunError
 
@@ -95,15 +95,7 @@ class Backbone:
     # --- tokenization -------------------------------------------------------------------
     def tokenize(self, texts: list[str]):
         """A padded batch and, per text, its words with their token positions."""
-        texts = [t if t.strip() else " " for t in texts]
-        if self.add_bos:
-            texts = [self.tokenizer.bos_token + t for t in texts]
-        enc = self.tokenizer(texts, return_tensors="pt", padding=True, truncation=True,
-                             max_length=self.max_length, return_offsets_mapping=True)
-        shift = len(self.tokenizer.bos_token) if self.add_bos else 0
-        words = [self.aligner.words(enc, i, texts[i], shift) for i in range(len(texts))]
-        enc.pop("offset_mapping")
-        return enc, words
+        return tokenize_words(self.tokenizer, self.aligner, texts, self.max_length, self.add_bos)
 
     # --- forward passes -----------------------------------------------------------------
     @torch.inference_mode()

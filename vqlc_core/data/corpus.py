@@ -56,3 +56,42 @@ def member_contexts(texts: pd.DataFrame, tokens: pd.DataFrame, assignments: np.n
         s, e = span if span else (-1, -1)
         recs.append({"text_id": tid, "word_index": wi, "word": word, "text": text, "start": s, "end": e})
     return pd.DataFrame(recs, columns=["text_id", "word_index", "word", "text", "start", "end"])
+
+
+def all_member_contexts(texts: pd.DataFrame, tokens: pd.DataFrame, assignments: np.ndarray, ks, n: int = 20,
+                        seed: int = 0) -> dict[int, pd.DataFrame]:
+    """`member_contexts` of every concept in `ks` (concept -> the same table) in one pass over the
+    token table: the same seeded samples, each text's word spans found once, where one call per
+    concept scans the whole table for each concept and each of its texts."""
+    assignments = np.asarray(assignments)
+    is_word = tokens["kind"].to_numpy() == "word"
+    word_rows = np.flatnonzero(is_word)
+    by_concept = word_rows[np.argsort(assignments[word_rows], kind="stable")]  # rows ascending within a concept
+    concept_of = assignments[by_concept]
+    picked = {}
+    for k in dict.fromkeys(int(k) for k in ks):
+        lo, hi = np.searchsorted(concept_of, [k, k + 1])
+        rows = by_concept[lo:hi]
+        if len(rows) > n:
+            rows = np.sort(np.random.default_rng(seed).choice(rows, size=n, replace=False))
+        picked[k] = rows
+    tid, wi, word = (tokens[c].to_numpy() for c in ("text_id", "word_index", "word"))
+    chosen = np.concatenate([np.zeros(0, dtype=np.int64), *picked.values()])
+    needed = np.flatnonzero(is_word & np.isin(tid, tid[chosen]))
+    needed = needed[np.lexsort((wi[needed], tid[needed]))]  # each text's words in word order
+    starts = np.flatnonzero(np.r_[True, tid[needed][1:] != tid[needed][:-1]])
+    text_of = texts.set_index("text_id")["text"]
+    spans = {}
+    for a, b in zip(starts, np.r_[starts[1:], len(needed)]):
+        t = int(tid[needed[a]])
+        spans[t] = word_spans(text_of[t], word[needed[a:b]].tolist())
+    out = {}
+    for k, rows in picked.items():
+        recs = []
+        for r in rows:
+            t, i = int(tid[r]), int(wi[r])
+            span = spans[t][i] if i < len(spans[t]) else None
+            s, e = span if span else (-1, -1)
+            recs.append({"text_id": t, "word_index": i, "word": word[r], "text": text_of[t], "start": s, "end": e})
+        out[k] = pd.DataFrame(recs, columns=["text_id", "word_index", "word", "text", "start", "end"])
+    return out

@@ -9,6 +9,7 @@ resumes to the same weights as an uninterrupted one (same machine and thread cou
 
 from __future__ import annotations
 
+import logging
 import shutil
 import time
 from dataclasses import asdict, dataclass
@@ -23,13 +24,15 @@ from vqlc_core.base import checkpoint
 from vqlc_core.base.options import at_least, flag, one_of, opt
 from vqlc_core.base.runio import RunError, read_json, read_safetensors, write_json, write_safetensors
 from vqlc_core.data.backbone import DTYPES, Backbone
-from vqlc_core.data.tuning import (FinetunePlan, add_lora, bucketed_batches, check_texts, dev_accuracy,
+from vqlc_core.data.tuning import (FinetunePlan, add_lora, time_steps, bucketed_batches, check_texts, dev_accuracy,
                                    digest, epoch_seed, fingerprint, lr_factor, plain_state, probe_head, top_params,
                                    train_step)
 
 FINETUNE_MODES = ("full", "lora", "none")
 CHECKPOINT_DIR = "checkpoint"  # under the fine-tuning's folder; removed once the run has finished
 MODEL_FILE, HEAD_FILE, INFO_FILE = "model.safetensors", "head.safetensors", "finetune.json"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -51,6 +54,9 @@ class FinetuneConfig:
     finetune_probe_init: str | None = opt(None, "start the head from a logistic-regression probe of the frozen model "
                                                 "(LP-FT) (default: on for lora, off for full)", choices=("on", "off"))
     finetune_patience: int = opt(1, "stop after this many epochs without a better dev accuracy (0: never early)")
+    finetune_max_steps: int | None = opt(None, "stop after this many optimizer steps in all, the learning-rate "
+                                               "schedule fitted to them (default: every step of every epoch); the "
+                                               "stage prints its time estimate before training, to choose by")
 
     def __post_init__(self):
         one_of(self, "finetune", FINETUNE_MODES)
@@ -60,6 +66,7 @@ class FinetuneConfig:
             at_least(self, name, 1)
         for name in ("finetune_train_blocks", "finetune_patience"):
             at_least(self, name, 0)
+        at_least(self, "finetune_max_steps", 1)
         if self.finetune_lr is not None and not 0 < self.finetune_lr < 1:
             raise RunError(f"--finetune-lr must lie between 0 and 1, got {self.finetune_lr}.")
 
@@ -75,7 +82,7 @@ class FinetuneConfig:
                             lr=self.finetune_lr, lora_rank=self.finetune_lora_rank,
                             train_blocks=self.finetune_train_blocks, dtype=self.finetune_dtype,
                             probe_init=(self.finetune_probe_init or ("on" if mode == "lora" else "off")) == "on",
-                            patience=self.finetune_patience, seed=seed)
+                            patience=self.finetune_patience, seed=seed, max_steps=self.finetune_max_steps)
 
     @property
     def autocast_dtype(self):
@@ -83,7 +90,8 @@ class FinetuneConfig:
 
 
 def finetune(backbone: Backbone, texts_df, class_names: list[str], cfg: FinetuneConfig, out_dir, seed: int = 0,
-             progress: bool = True, stop_after_epochs: int | None = None) -> tuple[nn.Linear, dict]:
+             progress: bool = True, stop_after_epochs: int | None = None,
+             estimate_time: bool = True) -> tuple[nn.Linear, dict]:
     """Fine-tune `backbone` in place with a linear head on its pooled final states, on the
     train rows of `texts_df` (text, label, split), choosing the epoch by dev accuracy; the mode
     is `cfg.mode_for` the backbone, and `seed` seeds the head, the adapters, dropout and the
@@ -93,6 +101,8 @@ def finetune(backbone: Backbone, texts_df, class_names: list[str], cfg: Finetune
     `finetune.json` into `out_dir`; a checkpoint in `out_dir/checkpoint/` after each epoch lets
     a killed run resume. `stop_after_epochs` ends the run there, as a kill would (no final
     files; info["finished"] is False). The backbone ends frozen and in eval mode either way.
+    With `estimate_time`, a few timed passes before training log how long it will take (they change
+    nothing the training computes).
     """
     plan = cfg.plan(cfg.mode_for(backbone.kind, backbone.is_classifier), seed)
     if plan.mode == "none":
@@ -108,7 +118,8 @@ def finetune(backbone: Backbone, texts_df, class_names: list[str], cfg: Finetune
     texts, y = train["text"].tolist(), torch.tensor(train["label"].to_numpy(), dtype=torch.long)
     lengths = np.asarray([len(t) for t in texts])
     dev_texts, dev_y = dev["text"].tolist(), dev["label"].to_numpy()
-    total_steps = plan.epochs * -(-len(texts) // plan.batch_size)
+    per_epoch = -(-len(texts) // plan.batch_size)
+    total_steps = min(plan.epochs * per_epoch, plan.max_steps or plan.epochs * per_epoch)
     settings = {"config": asdict(plan), "base": fingerprint(backbone.model), "pooling": backbone.pooling,
                 "train": digest(train.index if "text_id" not in train else train["text_id"]),
                 "classes": list(class_names)}
@@ -150,8 +161,11 @@ def finetune(backbone: Backbone, texts_df, class_names: list[str], cfg: Finetune
                 best = (dev_acc, 0, {n: p.detach().clone() for n, p in named})
                 save(0, 0, history, best)
 
+            estimate = None
+            if estimate_time and step < total_steps:
+                estimate = _estimate(backbone, head, texts, y, dev_texts, plan, step, total_steps, per_epoch)
             killed = False
-            while epoch < plan.epochs:
+            while epoch < plan.epochs and step < total_steps:
                 if plan.patience and best is not None and best[0] is not None and epoch - best[1] >= plan.patience:
                     break  # early stop: no better dev accuracy for `patience` epochs
                 torch.manual_seed(epoch_seed(plan.seed, epoch))  # dropout masks
@@ -160,6 +174,8 @@ def finetune(backbone: Backbone, texts_df, class_names: list[str], cfg: Finetune
                 bar = tqdm(batches, desc=f"fine-tune epoch {epoch + 1}/{plan.epochs}", disable=not progress)
                 losses = []
                 for idx in bar:
+                    if step >= total_steps:
+                        break  # --finetune-max-steps reached
                     scale = lr_factor(step, total_steps)
                     losses.append(train_step(backbone, head, opt, [texts[i] for i in idx], y[idx], scale, plan))
                     step += 1
@@ -182,6 +198,7 @@ def finetune(backbone: Backbone, texts_df, class_names: list[str], cfg: Finetune
                     "best_dev_accuracy": best[0] if best else None, "resumed_from_epoch": resumed_from,
                     "seconds": round(sum(h["seconds"] for h in history), 2),
                     "seconds_this_run": round(time.perf_counter() - started, 2),
+                    "estimated_seconds": round(estimate, 1) if estimate is not None else None, "steps": step,
                     "n_train": len(texts), "n_dev": len(dev_texts), "pooling": backbone.pooling,
                     "class_names": list(class_names), "trainable_parameters": sum(p.numel() for p in params),
                     "torch_threads": torch.get_num_threads(), "finished": finished}
@@ -202,6 +219,29 @@ def finetune(backbone: Backbone, texts_df, class_names: list[str], cfg: Finetune
         write_json(out_dir / INFO_FILE, info)
         shutil.rmtree(ckpt_dir, ignore_errors=True)
     return head, info
+
+
+def _estimate(backbone: Backbone, head: nn.Linear, texts: list[str], y: torch.Tensor, dev_texts: list[str],
+              plan, step: int, total_steps: int, per_epoch: int) -> float:
+    """Seconds the steps from `step` to `total_steps` and their dev passes will take (at most:
+    patience may stop earlier), from a few timed steps; logged with how to cap or skip them."""
+    batches = bucketed_batches(np.asarray([len(t) for t in texts]), plan.batch_size,
+                               np.random.default_rng([plan.seed, 0]))
+    est = time_steps(backbone, head, texts, y, dev_texts, batches, plan)
+    steps = total_steps - step
+    passes = (-(-total_steps // per_epoch) - step // per_epoch) if dev_texts else 0
+    seconds = est.seconds(sum(len(t) for t in texts) * steps / per_epoch, sum(len(t) for t in dev_texts), passes)
+    dev = f" and {passes} dev pass{'' if passes == 1 else 'es'}" if passes else ""
+    log.info("fine-tune: about %s for %d steps (%s train texts, batch %d)%s, from a few timed steps; cap it with "
+             "--finetune-max-steps N (the time scales with N) or skip it with --finetune none",
+             _duration(seconds), steps, f"{len(texts):,}", plan.batch_size, dev)
+    return seconds
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
 def load_finetuned(backbone: Backbone, out_dir) -> nn.Linear:

@@ -189,6 +189,19 @@ def _convert_gguf(gguf: Path, out: Path, dtype: torch.dtype) -> None:
             shutil.rmtree(tmp)
 
 
+def gguf_tokenizer(gguf: Path):
+    """The tokenizer transformers builds from a GGUF file, its weights left alone: seconds where
+    converting them takes minutes, so a build checks the tokenizer before it converts anything."""
+    from transformers import AutoTokenizer
+
+    check_gguf(gguf)
+    try:
+        return AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    except Exception as err:  # transformers raises many kinds for a GGUF it cannot read
+        raise SourceError(f"The tokenizer of GGUF file '{gguf.name}' could not be built by transformers "
+                          f"({type(err).__name__}); use a GGUF of an architecture transformers supports.") from err
+
+
 def _source_stamp(gguf: Path, dtype: torch.dtype) -> dict:
     return {"gguf": gguf.name, "bytes": gguf.stat().st_size, "dtype": _dtype_name(dtype)}
 

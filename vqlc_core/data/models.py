@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from vqlc_core.base.runio import SourceError, read_json
-from vqlc_core.data.gguf_files import conversion_dir, conversion_dtype, converted, smollm2_gguf
+from vqlc_core.data.gguf_files import conversion_dir, conversion_dtype, converted, gguf_tokenizer, smollm2_gguf
 
 log = logging.getLogger(__name__)
 
@@ -145,40 +145,75 @@ def resolve_model(spec: str, cache_dir: Path = Path("cache")) -> ModelSource:
                       f"a local directory, a .gguf file or a Hugging Face hub name.")
 
 
-def load_model(source: ModelSource, dtype: torch.dtype = torch.float32):
-    """(tokenizer, model) as stored: a CausalLM for decoders, a sequence classifier when the source
-    is one, the bare encoder otherwise; `prepare` readies them for use."""
-    from transformers import (AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification,
-                              AutoTokenizer)
+def _fast_tokenizer(tok, name: str):
+    if not tok.is_fast:
+        raise SourceError(f"Model '{name}' has no fast tokenizer (tokenizer.json), which word alignment "
+                          f"needs; save one with a fast tokenizer or pick another model.")
+    return tok
 
-    cls = (AutoModelForSequenceClassification if source.is_classifier
-           else AutoModelForCausalLM if source.kind == "decoder" else AutoModel)
-    failure = f"Model '{source.name}' could not be loaded from '{source.path}'; {HUB_HELP}."
+
+def _source_tokenizer(source: ModelSource):
+    from transformers import AutoTokenizer
+
     try:
         tok = AutoTokenizer.from_pretrained(source.path)
     except Exception as err:  # missing files, a hub error, or a tokenizer transformers cannot build
-        raise SourceError(failure) from err
-    if not tok.is_fast:
-        raise SourceError(f"Model '{source.name}' has no fast tokenizer (tokenizer.json), which word alignment "
-                          f"needs; save one with a fast tokenizer or pick another model.")
+        raise SourceError(f"Model '{source.name}' could not be loaded from '{source.path}'; {HUB_HELP}.") from err
+    return _fast_tokenizer(tok, source.name)
+
+
+def load_tokenizer(spec: str, cache_dir: Path = Path("cache")) -> tuple:
+    """(tokenizer, name, add_bos) of the model `resolve_model(spec)` names, readied as `prepare`
+    readies it, without loading its weights or converting a GGUF file (its tokenizer is built from
+    the file itself): what a build checks before it spends minutes on the model."""
+    cache_dir = Path(cache_dir)
+    path = Path(spec).expanduser()
+    if spec == "smollm2-135m" and not (conversion_dir(cache_dir / "models", spec, conversion_dtype())
+                                       / "vqlc_source.json").is_file():
+        gguf, name = smollm2_gguf(cache_dir), spec
+    elif path.suffix.lower() == ".gguf" and path.is_file():
+        gguf, name = path, path.stem
+    else:
+        source = resolve_model(spec, cache_dir)  # converts nothing here: a directory, a hub name, a preset
+        tok = _source_tokenizer(source)
+        return tok, source.name, prepare_tokenizer(tok, source.kind)
+    tok = _fast_tokenizer(gguf_tokenizer(gguf), name)
+    return tok, name, prepare_tokenizer(tok, "decoder")  # every GGUF architecture vqlc uses is a decoder
+
+
+def load_model(source: ModelSource, dtype: torch.dtype = torch.float32):
+    """(tokenizer, model) as stored: a CausalLM for decoders, a sequence classifier when the source
+    is one, the bare encoder otherwise; `prepare` readies them for use."""
+    from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    cls = (AutoModelForSequenceClassification if source.is_classifier
+           else AutoModelForCausalLM if source.kind == "decoder" else AutoModel)
+    tok = _source_tokenizer(source)
     try:
         model = cls.from_pretrained(source.path, dtype=dtype)
     except Exception as err:  # missing or mismatched weights, an unknown architecture, too little memory
-        raise SourceError(failure) from err
+        raise SourceError(f"Model '{source.name}' could not be loaded from '{source.path}'; {HUB_HELP}.") from err
     return tok, model
 
 
-def prepare(tokenizer, model, kind: str) -> bool:
-    """Ready a loaded model in place: evaluation mode, frozen, padded on the right with a pad
-    token (eos when it has none). Returns whether a BOS must be prepended to each text."""
+def prepare_tokenizer(tokenizer, kind: str) -> bool:
+    """Ready a tokenizer in place: padded on the right with a pad token (eos when it has none).
+    Returns whether a BOS must be prepended to each text."""
     tokenizer.padding_side = "right"  # causal models: pads after the text change nothing before them
     if tokenizer.pad_token is None and tokenizer.eos_token is not None:
         tokenizer.pad_token = tokenizer.eos_token
-    if getattr(model.config, "pad_token_id", None) is None and tokenizer.pad_token_id is not None:
-        model.config.pad_token_id = tokenizer.pad_token_id  # a decoder classifier needs it to find the last token
-    model.eval()
-    model.requires_grad_(False)
     # Decoders whose tokenizer adds no BOS get one prepended: the first position of a decoder
     # is an attention sink with outlying states, and it should not be a word.
     return kind == "decoder" and tokenizer.bos_token_id is not None and \
         tokenizer("a")["input_ids"][0] != tokenizer.bos_token_id
+
+
+def prepare(tokenizer, model, kind: str) -> bool:
+    """Ready a loaded model in place: evaluation mode, frozen, its tokenizer readied by
+    `prepare_tokenizer`. Returns whether a BOS must be prepended to each text."""
+    add_bos = prepare_tokenizer(tokenizer, kind)
+    if getattr(model.config, "pad_token_id", None) is None and tokenizer.pad_token_id is not None:
+        model.config.pad_token_id = tokenizer.pad_token_id  # a decoder classifier needs it to find the last token
+    model.eval()
+    model.requires_grad_(False)
+    return add_bos

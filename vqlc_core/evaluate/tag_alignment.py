@@ -16,9 +16,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from vqlc_core.base.markdown import markdown_table
 from vqlc_core.base.runio import RunError
 from vqlc_core.base.stats import N_BOOT, interval
 from vqlc_core.data.tags import TAG_SETS
+from vqlc_core.methods.base import display_name
+from vqlc_core.methods.concepts import ConceptSet
 
 ALIGN_THRESHOLD = 0.9  # ConceptX's default
 MAX_UNKNOWN = 0.4  # ConceptX skips a cluster with more unknown tags than this
@@ -37,8 +40,8 @@ def concept_profiles(assignments: np.ndarray, n_concepts: int, tags: pd.DataFram
                      threshold: float = ALIGN_THRESHOLD, max_unknown: float = MAX_UNKNOWN) -> pd.DataFrame:
     """One row per (concept, tag set, tag) of each concept's profile over the store rows `rows`
     (the train rows): the tag's count, its share of the concept's tagged members (`share`) and of
-    all its members (`of_members`), the share of its members with no tag in the set (`unknown`), the share over the tag's share of all `rows`
-    (`lift`), and whether the concept is aligned with it (see the module doc)."""
+    all its members (`of_members`), the share of its members with no tag in the set (`unknown`),
+    the share over the tag's share of all `rows` (`lift`), and whether the concept is aligned with it (see the module doc)."""
     if not 0 < threshold <= 1:
         raise RunError(f"The alignment threshold must be a share in (0, 1], got {threshold}.")
     rows = np.asarray(rows)
@@ -90,7 +93,8 @@ def tag_names(profiles: pd.DataFrame) -> dict[int, str]:
     in the corpus (a concept aligned only with 'lower' casing keeps its top words)."""
     al = aligned(profiles)
     al = al[al["lift"] >= MIN_NAME_LIFT].sort_values("lift", ascending=False).drop_duplicates("concept")
-    return {int(k): f"{t} ({TAG_SETS.get(s, s)}, from tags)" for k, s, t in zip(al["concept"], al["tag_set"], al["tag"])}
+    return {int(k): f"{t} ({TAG_SETS.get(s, s)}, from tags)"
+            for k, s, t in zip(al["concept"], al["tag_set"], al["tag"])}
 
 
 def top_tags(profiles: pd.DataFrame, k: int, n: int = 3, min_share: float = 0.5) -> list[dict]:
@@ -124,72 +128,93 @@ def aligned_tag_labels(profiles: pd.DataFrame) -> list[str]:
     return labels.value_counts().index.tolist() if len(labels) else []
 
 
-def alignment_counts(profiles: pd.DataFrame, considered: int) -> pd.DataFrame:
-    """Per tag set: concepts aligned, their share of the `considered` concepts, distinct tags."""
+def alignment_counts(profiles: pd.DataFrame, members: np.ndarray) -> pd.DataFrame:
+    """Per tag set: concepts aligned, their share of the concepts with at least MIN_MEMBERS train
+    members (`considered`), the share of train rows that fall in an aligned concept (`rows`: a
+    method that splits off many small one-word concepts aligns more of them, not more rows), and
+    the distinct tags. `members` holds each concept's train members."""
     al = aligned(profiles)
-    rows = []
+    members = np.asarray(members)
+    n_considered = int((members >= MIN_MEMBERS).sum())
+    out = []
     for s in TAG_SETS:
-        a = al[al["tag_set"] == s]
-        rows.append({"tag_set": s, "aligned": int(a["concept"].nunique()),
-                     "share": a["concept"].nunique() / max(considered, 1), "tags": int(a["tag"].nunique())})
-    return pd.DataFrame(rows)
-
-
-def considered(assignments: np.ndarray, n_concepts: int, rows: np.ndarray) -> int:
-    """Concepts with at least MIN_MEMBERS train members: the ones alignment can name."""
-    return int((np.bincount(np.asarray(assignments)[rows], minlength=n_concepts) >= MIN_MEMBERS).sum())
+        mine = al[al["tag_set"] == s]
+        ids = mine["concept"].unique()
+        out.append({"tag_set": s, "aligned": len(ids), "share": len(ids) / max(n_considered, 1),
+                    "rows": float(members[ids].sum() / max(members.sum(), 1)), "tags": int(mine["tag"].nunique()),
+                    "considered": n_considered})
+    return pd.DataFrame(out)
 
 
 def comparison(per_seed: dict[str, list[pd.DataFrame]], seed: int = 0) -> pd.DataFrame:
-    """Per method and tag set, from each seed's `alignment_counts` (with a `considered` column):
-    the mean aligned count, its 95% interval over seeds (bootstrap; one seed: the count itself),
-    the mean share and the mean number of distinct tags."""
+    """Per method and tag set, from each seed's `alignment_counts`: the mean aligned count and the
+    mean share of rows in aligned concepts, each with its 95% interval over seeds (bootstrap; one
+    seed: the value itself), and the means of the share of concepts, the distinct tags and the
+    concepts considered."""
     rng = np.random.default_rng(seed)
     out = []
     for method, frames in per_seed.items():
         stacked = pd.concat([f.assign(seed_i=i) for i, f in enumerate(frames)], ignore_index=True)
         for s, g in stacked.groupby("tag_set", sort=False):
-            x = g["aligned"].to_numpy(dtype=float)
-            if len(x) > 1:
-                reps = x[rng.integers(0, len(x), size=(N_BOOT, len(x)))].mean(1)
-                low, high = interval(reps)
-            else:
-                low = high = float(x[0])
-            out.append({"method": method, "tag_set": s, "aligned": float(x.mean()), "aligned_low": float(low),
-                        "aligned_high": float(high), "share": float(g["share"].mean()),
-                        "tags": float(g["tags"].mean()), "considered": float(g["considered"].mean()),
-                        "n_seeds": len(x)})
+            row = {"method": method, "tag_set": s, "n_seeds": len(g)}
+            for col in ("aligned", "rows"):
+                x = g[col].to_numpy(dtype=float)
+                low, high = interval(x[rng.integers(0, len(x), size=(N_BOOT, len(x)))].mean(1)) if len(x) > 1 \
+                    else (x[0], x[0])
+                row.update({col: float(x.mean()), f"{col}_low": float(low), f"{col}_high": float(high)})
+            row.update({c: float(g[c].mean()) for c in ("share", "tags", "considered")})
+            out.append(row)
     return pd.DataFrame(out)
+
+
+def alignment_table(run, threshold: float = ALIGN_THRESHOLD) -> pd.DataFrame:
+    """`comparison` for a run: every built method, each of the build's seeds."""
+    per_seed = {}
+    for m in run.methods_built():
+        frames = []
+        for seed in run.cfg.method_seeds:
+            path = run.method_dir(m, seed)
+            if not (path / "assignments.npy").exists():
+                continue
+            cs = ConceptSet.load(path, n_rows=run.store.n_rows, dim=run.store.dim)
+            members = np.bincount(cs.assignments[run.train_rows], minlength=cs.n_concepts)
+            frames.append(alignment_counts(run.tag_profiles(m, seed, cs, threshold), members))
+        per_seed[m] = frames
+    return comparison(per_seed, seed=run.cfg.seed)
 
 
 def display_frame(table: pd.DataFrame) -> pd.DataFrame:
     """`comparison`'s table for people: one row per tag set, one column per method (by display
-    name) holding 'aligned [95% interval] · share · distinct tags'."""
-    from vqlc_core.methods.base import display_name
-
+    name) holding 'aligned [95% interval] (share of concepts) · share of rows · distinct tags'."""
     out = pd.DataFrame({"tag set": [TAG_SETS[s] for s in TAG_SETS]})
     for m, g in table.groupby("method", sort=False):
         g = g.set_index("tag_set").reindex(list(TAG_SETS))
         cells = []
         for r in g.itertuples():
             span = "" if r.n_seeds < 2 else f" [{r.aligned_low:.0f}, {r.aligned_high:.0f}]"
-            cells.append(f"{r.aligned:.0f}{span} · {r.share:.0%} · {r.tags:.0f} tags")
+            rows = "" if r.n_seeds < 2 else f" [{100 * r.rows_low:.1f}, {100 * r.rows_high:.1f}]"
+            cells.append(f"{r.aligned:.0f}{span} ({r.share:.0%}) · {r.rows:.1%}{rows} of rows · {r.tags:.0f} "
+                         f"tag{'' if round(r.tags) == 1 else 's'}")
         out[display_name(m)] = cells
     return out
 
 
+def missing_tag_sets(run) -> dict[str, str]:
+    """Tag sets the run's `annotate` stage could not make, each with why (the pages say so)."""
+    return run.manifest.data["stages"].get("annotate", {}).get("missing", {})
+
+
 def alignment_markdown(run, threshold: float = ALIGN_THRESHOLD) -> str:
     """The run's aligned-concept table as markdown with its heading line ('' before `annotate`)."""
-    from vqlc_core.base.markdown import markdown_table
-
     if run.tags is None:
         return ""
-    df = display_frame(run.alignment_table(threshold))
+    df = display_frame(alignment_table(run, threshold))
     seeds = len(run.cfg.method_seeds)
     head = (f"Concepts aligned with linguistic tags (ConceptX: at least {threshold:.0%} of a concept's tagged train "
             f"members carry the tag, at most {MAX_UNKNOWN:.0%} untagged, at least {MIN_MEMBERS} tagged): "
-            + ("mean over seeds [95% interval] · " if seeds > 1 else "")
-            + "share of the concepts with ≥ 5 train members · distinct tags")
-    missing = run.missing_tag_sets
+            + f"concepts aligned and their share of the concepts with ≥ {MIN_MEMBERS} train members · the share of "
+              "train rows in an aligned concept · distinct tags"
+            + (" (means over seeds [95% intervals])" if seeds > 1 else ""))
+    missing = missing_tag_sets(run)
     note = f"\n\nNot made: {', '.join(f'{TAG_SETS[s]} ({why})' for s, why in missing.items())}." if missing else ""
     return head + ":\n\n" + markdown_table(list(df.columns), df.itertuples(index=False), numeric=set()) + note

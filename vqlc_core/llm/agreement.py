@@ -5,6 +5,11 @@ Spearman, Kendall's W and Krippendorff's ordinal alpha, as the paper's authors r
 Agreement is measured on items, an item being one concept shown for one sentence (a sentence,
 a method and a role): a judge's three method means give too few points for a correlation. A
 judge's unparseable answers are missing items, never a middle rating.
+
+Two judges that both rate by the letter a concept was shown under agree because the letters were
+the same for both, not because they read the concepts alike. So agreement is given beside each
+judge's letter effect, and again after each judge's mean rating per letter is taken out of its
+ratings (the residual agreement): what is left to agree on is how they read the concepts.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import pandas as pd
 from vqlc_core.base.stats import N_BOOT, draws, interval
 
 ITEM = ["text_id", "method", "role"]
+BIAS_SHARE = 0.5  # a letter that explains more of a judge's variance than this: its ratings are mostly position
 
 
 def _nan_to_none(x):
@@ -90,18 +96,22 @@ def kendalls_w(matrix: np.ndarray) -> float:
     return float(12 * s / denom) if denom > 0 else float("nan")
 
 
-def agreement(ratings: pd.DataFrame) -> dict | None:
-    """Agreement between judges over the items they rated: pairwise Spearman (items both rated),
-    each judge's disagreement (1 minus its mean Spearman with the others), Kendall's W (items every
-    judge rated) and Krippendorff's ordinal alpha (every item, missing ratings allowed). None with
-    fewer than two judges."""
+def letter_residuals(ratings: pd.DataFrame) -> pd.DataFrame:
+    """The parsed ratings, each less its judge's mean rating for the letter it was shown under: what
+    is left of a judge's ratings once its position bias is taken out (0 throughout for a judge that
+    rates by the letter alone)."""
+    ok = ratings[ratings["parsed"]]
+    letter_mean = ok.groupby(["judge", "letter"])["rating"].transform("mean")
+    return ok.assign(rating=(ok["rating"] - letter_mean).round(9))  # exact zeros where a letter decides
+
+
+def _concordance(mat: pd.DataFrame, level: str) -> dict:
+    """Pairwise Spearman, each judge's disagreement, Kendall's W and Krippendorff's alpha at
+    `level` ('ordinal' for ratings 1-3, 'interval' for residuals) of a judges-by-items matrix."""
     import krippendorff
     from scipy.stats import spearmanr
 
-    mat = item_matrix(ratings)
     judges = list(mat.index)
-    if len(judges) < 2:
-        return None
     pairs, rho_of = {}, {j: [] for j in judges}
     for a, b in itertools.combinations(judges, 2):
         both = mat.loc[[a, b]].dropna(axis=1)
@@ -112,16 +122,35 @@ def agreement(ratings: pd.DataFrame) -> dict | None:
         for j in (a, b):
             if np.isfinite(rho):
                 rho_of[j].append(rho)
-    complete = mat.dropna(axis=1)
     values = mat.to_numpy(dtype=float)
     alpha = float("nan")
     if np.isfinite(values).sum() >= 2 and len(np.unique(values[np.isfinite(values)])) > 1:
+        domain = {"value_domain": [1, 2, 3]} if level == "ordinal" else {}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            alpha = float(krippendorff.alpha(reliability_data=values, level_of_measurement="ordinal",
-                                             value_domain=[1, 2, 3]))
-    return {"judges": judges, "items": int(mat.shape[1]), "items_all_judges": int(complete.shape[1]),
-            "pairwise": pairs,
+            alpha = float(krippendorff.alpha(reliability_data=values, level_of_measurement=level, **domain))
+    return {"pairwise": pairs,
             "disagreement": {j: _nan_to_none(1 - float(np.mean(v))) if v else None for j, v in rho_of.items()},
-            "kendalls_w": _nan_to_none(kendalls_w(complete.to_numpy(dtype=float))),
+            "kendalls_w": _nan_to_none(kendalls_w(mat.dropna(axis=1).to_numpy(dtype=float))),
             "krippendorff_alpha": _nan_to_none(alpha)}
+
+
+def agreement(ratings: pd.DataFrame) -> dict | None:
+    """Agreement between judges over the items they rated: pairwise Spearman (items both rated),
+    each judge's disagreement (1 minus its mean Spearman with the others), Kendall's W (items every
+    judge rated) and Krippendorff's ordinal alpha (every item, missing ratings allowed); beside
+    them each judge's letter effect (`position_effect`'s eta squared), the judges whose letter
+    explains more than `BIAS_SHARE` of their variance, whether two or more do (then the agreement
+    is largely their shared position bias), and the same statistics on `letter_residuals`
+    (interval alpha), None where nothing is left to agree on. None with fewer than two judges."""
+    mat = item_matrix(ratings)
+    judges = list(mat.index)
+    if len(judges) < 2:
+        return None
+    effect = {j: (position_effect(ratings[ratings["judge"] == j]) or {}).get("eta_squared") for j in judges}
+    biased = [j for j in judges if effect[j] is not None and effect[j] > BIAS_SHARE]
+    residual = item_matrix(letter_residuals(ratings)).reindex(index=judges, columns=mat.columns)
+    return {"judges": judges, "items": int(mat.shape[1]), "items_all_judges": int(mat.dropna(axis=1).shape[1]),
+            **_concordance(mat, "ordinal"),
+            "letter_effect": effect, "position_biased": biased, "shared_position_bias": len(biased) >= 2,
+            "residual": _concordance(residual, "interval")}

@@ -142,6 +142,48 @@ class ChatClient:
             self._sleep(wait)
         raise AssertionError("unreachable")
 
+    def probe(self) -> None:
+        """One short chat request before the work, to name at once an endpoint that cannot chat:
+        a model with no chat template (a base model served by `transformers serve` answers every
+        chat request with HTTP 500 and says why only in its log, while it still completes plain
+        text; other servers say "chat template" in their error). Any other failure is left to the
+        work's own retries and their sentence."""
+        import openai
+
+        ep = self.endpoint
+        try:
+            self._chat_ok()
+        except openai.APIStatusError as err:
+            self._client = None  # a server may drop the connection after a 500: ask again on a new one
+            if "chat template" in _detail(err).replace("_", " ").lower() or (
+                    err.status_code >= 500 and self._completes_text() and not self._chat_ok(quiet=True)):
+                raise RunError(f"The model {ep.model} at {ep.base_url} has no chat template, so it cannot answer "
+                               "chat requests: serve a chat (instruct) model, or give this model's tokenizer a chat "
+                               "template.") from err
+        except openai.APIConnectionError:
+            pass  # refused or timed out: the work's retries say so
+
+    def _chat_ok(self, quiet: bool = False) -> bool:
+        """One chat request of one token; with `quiet`, False instead of its error."""
+        try:
+            self._openai().chat.completions.create(model=self.endpoint.model, max_tokens=1,
+                                                   messages=[{"role": "user", "content": "Say OK."}],
+                                                   extra_body=self.endpoint.extra_body or None)
+        except Exception:
+            if quiet:
+                return False
+            raise
+        return True
+
+    def _completes_text(self) -> bool:
+        """Whether the endpoint completes plain text (the /completions route): a model that
+        does, but fails every chat request, cannot chat."""
+        try:
+            self._openai().completions.create(model=self.endpoint.model, prompt="OK", max_tokens=1)
+        except Exception:  # any failure means no: the chat failure is then left to the work's retries
+            return False
+        return True
+
     def complete(self, request: Request) -> Answer:
         """The answer to one request: from the record, else sent and then recorded."""
         key = request_key(self.endpoint, request)
@@ -220,16 +262,20 @@ def _retry_after(err) -> float | None:
     return min(max(value, 0.0), 60.0)
 
 
+def _detail(err) -> str:
+    """What an error answer's body says, where it says anything."""
+    body = getattr(err, "body", None)
+    if not isinstance(body, dict):
+        return ""
+    inner = body.get("error")
+    return str(body.get("detail") or body.get("message") or (inner.get("message") if isinstance(inner, dict) else inner)
+               or "")
+
+
 def _refused(endpoint: Endpoint, err) -> RunError:
     """The one sentence for a 4xx other than 429: the request itself is wrong, so no retry."""
     status = err.status_code
-    body = getattr(err, "body", None)
-    detail = ""
-    if isinstance(body, dict):
-        inner = body.get("error")
-        detail = str(body.get("detail") or body.get("message") or
-                     (inner.get("message") if isinstance(inner, dict) else inner) or "")
-    what = re.sub(r"\s+", " ", detail)[:160].rstrip(". ") or _status_text(err)
+    what = re.sub(r"\s+", " ", _detail(err))[:160].rstrip(". ") or _status_text(err)
     if status in (401, 403):
         hint = (f"check the key in ${endpoint.api_key_env}" if endpoint.api_key_env
                 else "give key_env=VARIABLE in --judge for a provider that needs a key")

@@ -50,9 +50,13 @@ def judge_checks(j: dict) -> str:
     """One judge's checks in a sentence: the letter effect, copied reasons, identical concepts."""
     pos = j.get("position") or {}
     letters = ", ".join(f"{k} {v:.2f}" for k, v in (pos.get("by_letter") or {}).items())
-    return (f"the letter a concept was shown under explains {percent(pos.get('eta_squared'))} of the ratings' variance "
-            f"(mean rating by letter: {letters}); {percent(j.get('copied_reasons'))} of its reasons repeat the worked "
-            f"example's; it rated {percent(j.get('identical_rated_alike'))} of identical concepts alike.")
+    eta, copied, alike = pos.get("eta_squared"), j.get("copied_reasons"), j.get("identical_rated_alike")
+    letter = ("all its ratings are equal, so no letter effect can be measured" if eta is None else
+              f"the letter a concept was shown under explains {percent(eta)} of the ratings' variance")
+    return (f"{letter} (mean rating by letter: {letters}); "
+            + ("it gave no reason" if copied is None else f"{percent(copied)} of its reasons repeat the worked example's")
+            + "; " + ("no identical concepts were judged" if alike is None else
+                      f"it rated {percent(alike)} of identical concepts alike") + ".")
 
 
 def decimal(v: float | None) -> str:
@@ -79,8 +83,43 @@ def judge_table(res: dict) -> str:
                       "reasons, and rates identical concepts alike): " + " ".join(checks)]
     a = res.get("agreement")
     if a:
-        pairs = "; ".join(f"{k}: ρ = {decimal(v['spearman'])} ({v['items']} items)" for k, v in a["pairwise"].items())
-        lines += ["", f"Agreement over {a['items']} items: Kendall's W = {decimal(a['kendalls_w'])} "
-                      f"({a['items_all_judges']} items every judge rated), Krippendorff's α (ordinal) = "
-                      f"{decimal(a['krippendorff_alpha'])}; pairwise Spearman: {pairs}."]
+        lines += ["", agreement_line(a)]
     return "\n".join(lines) + "\n"
+
+
+def _stat(v: float | None) -> str:
+    return "undefined" if v is None else f"{v:.2f}"
+
+
+def _statistics(a: dict, alpha: str) -> str:
+    pairs = "; ".join(f"{k}: ρ = {_stat(v['spearman'])} ({v['items']} items)" for k, v in a["pairwise"].items())
+    return (f"Kendall's W = {_stat(a['kendalls_w'])}, Krippendorff's α ({alpha}) = {_stat(a['krippendorff_alpha'])}; "
+            f"pairwise Spearman: {pairs}")
+
+
+def position_bias_note(a: dict) -> str | None:
+    """A sentence saying the judges' agreement is their shared position bias, when the letter
+    explains most of the variance of two or more of them (None otherwise, or for results written
+    before letter effects were kept)."""
+    if not a.get("shared_position_bias"):
+        return None
+    effect = a["letter_effect"]
+    judges = " and ".join(f"{j} ({percent(effect[j])})" for j in a["position_biased"])
+    return (f"The letter a concept was shown under explains most of the ratings' variance of {judges}, so their "
+            f"agreement reflects the position bias they share more than how they read the concepts.")
+
+
+def agreement_line(a: dict) -> str:
+    """The agreement between judges in words: the statistics, each judge's letter effect beside
+    them with the position-bias sentence where it applies, and the agreement left once each
+    judge's mean rating per letter is removed ("undefined" where no rating varies)."""
+    line = f"Agreement over {a['items']} items ({a['items_all_judges']} rated by every judge): {_statistics(a, 'ordinal')}."
+    effect = a.get("letter_effect")
+    if effect is None:  # results written before letter effects were kept
+        return line
+    note = position_bias_note(a)
+    line += " " + (note or "Letter effect (variance explained by the letter): " + ", ".join(
+        f"{j} {percent(v) if v is not None else 'none measurable'}" for j, v in effect.items()) + ".")
+    residual = _statistics(a["residual"], "interval")
+    undefined = " (undefined: no rating varies once the letters' means are removed)" if "undefined" in residual else ""
+    return line + f" After removing each judge's mean rating per letter: {residual}{undefined}."

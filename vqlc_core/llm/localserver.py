@@ -164,8 +164,9 @@ def opened(endpoint: Endpoint, log_dir: str | Path) -> Iterator[Endpoint]:
 
 class Session:
     """A ChatClient for `endpoint` whose server is started (the offline default) or checked to be
-    listening only when a batch holds a request the record cannot answer, from the caller's
-    thread; a started server is stopped when the block ends."""
+    listening, then probed with one chat request (`ChatClient.probe`), only when a batch holds a
+    request the record cannot answer, from the caller's thread; a started server is stopped when
+    the block ends."""
 
     def __init__(self, endpoint: Endpoint, records: Records, log_dir: str | Path):
         self.client = ChatClient(endpoint, records)
@@ -183,6 +184,7 @@ class Session:
         if not self._open and self.client.pending(requests):
             self.client.use(self._stack.enter_context(opened(self.client.endpoint, self.log_dir)))
             self._open = True
+            self.client.probe()  # an endpoint that cannot chat is named before the work is sent
         return self.client.complete_many(requests, desc)
 
 

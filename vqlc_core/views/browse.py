@@ -177,35 +177,49 @@ def provenance(run, method: str) -> dict:
             "seed": int(run.cfg.seed)}
 
 
-def make_pin(explainer, text: str, method: str, n_prediction: int = 1, *, source: dict | None = None) -> dict:
-    """A case-study record of one input under one method: its provenance (`source`, see
-    `provenance`), the prediction, every word with its concept, and each shown concept with the
-    effect of ablating it alone (delta = new minus old probability of the predicted class).
-    Plain data, ready for `report`."""
+def make_pin(explainer, text: str, method: str, n_prediction: int = 1, *, source: dict | None = None,
+             ablated=()) -> dict:
+    """A case-study record of one input under one method as the page showed it: its provenance
+    (`source`, see `provenance`), the prediction, every word with its concept, the concepts
+    `ablated` on the page together with the prediction they gave ("ablated": {"concepts",
+    "delta", "new_prediction", "new_confidence"}, None when none were), and each shown concept
+    with the effect of ablating it alone (delta = new minus old probability of the predicted
+    class). Plain data, ready for `report`."""
     ex = explainer.explain(text).to_dict()
     concepts = explainer.methods[method][1]
-    shown = []
-    for c in shown_concepts(ex, method, n_prediction):
-        r = explainer.ablate(text, method, [c["concept"]])
-        shown.append({**c, "delta": r["delta"], "new_prediction": r["prediction"], "new_confidence": r["confidence"]})
+    shown = shown_concepts(ex, method, n_prediction)
+    together = sorted({int(k) for k in ablated})
+    # one forward for them all: each shown concept alone, then the page's set together
+    asks = [(text, method, [c["concept"]]) for c in shown] + ([(text, method, together)] if together else [])
+    results = explainer.ablate_many(asks) if asks else []
+    effect = [{"delta": r["delta"], "new_prediction": r["prediction"], "new_confidence": r["confidence"]}
+              for r in results]
     ids = ex["methods"][method]["word_concepts"]
     return {**(source or {}), "text": text, "method": method, "prediction": ex["prediction"],
             "confidence": ex["confidence"], "words": [{**w, "concept": int(k)} for w, k in zip(ex["words"], ids)],
-            "labels": {int(k): concepts.label(int(k)) for k in set(ids) | {c["concept"] for c in shown}},
-            "concepts": shown}
+            "labels": {int(k): concepts.label(int(k))
+                       for k in set(ids) | {c["concept"] for c in shown} | set(together)},
+            "ablated": {"concepts": together, **effect[-1]} if together else None,
+            "concepts": [{**c, **e} for c, e in zip(shown, effect)]}
+
+
+def ablated_ids(pin: dict) -> list[int]:
+    """The concepts a pin's page had ablated together; none for a pin made before pins kept them."""
+    return list((pin.get("ablated") or {}).get("concepts", []))
 
 
 def relabel_pin(pin: dict, label_of) -> dict:
     """`pin` with its concepts named as `label_of(k)` names them now (a label written or edited
     after the pin was made shows in the case study and its exports)."""
-    return {**pin, "labels": {int(k): label_of(int(k)) for k in pin.get("labels", {})},
+    return {**pin, "labels": {int(k): label_of(int(k)) for k in {*pin.get("labels", {}), *ablated_ids(pin)}},
             "concepts": [{**c, "label": label_of(int(c["concept"]))} for c in pin.get("concepts", [])]}
 
 
-def find_pin(pins: list[dict], run: str, method: str, text: str) -> int | None:
-    """The index of the pin of `text` under `method` from run `run` in `pins`, or None: the same
-    input is pinned once per run and method."""
-    return next((i for i, p in enumerate(pins) if (p.get("run"), p["method"], p["text"]) == (run, method, text)), None)
+def find_pin(pins: list[dict], run: str, method: str, text: str, ablated=()) -> int | None:
+    """The index of the pin of `text` under `method` from run `run` with the concepts `ablated`
+    together in `pins`, or None: the same view of an input is pinned once per run and method."""
+    key = (run, method, text, sorted(int(k) for k in ablated))
+    return next((i for i, p in enumerate(pins) if (p.get("run"), p["method"], p["text"], ablated_ids(p)) == key), None)
 
 
 def precompute_clouds(run, method: str, n: int | None = None) -> int:

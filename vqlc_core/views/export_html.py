@@ -6,27 +6,27 @@ The file needs no server and no network: the CSS is inline, each word cloud is a
 data URI written once (in the stylesheet) and shown in the grid and in its concept's section,
 there is no script, and a Content-Security-Policy forbids scripts and any outside request.
 Every piece of text from the run goes through `html.escape`. `vqlc export-html` writes it;
-the dashboard's Concepts page offers the same file as a download.
+the dashboard's Concepts page offers the same file as a download. Both show progress (concepts
+drawn of all): drawing a cloud is most of the work, so each is stored in the run as the pages
+store theirs (the build's maps stage draws them all), and later exports and pages read it.
 """
 
 from __future__ import annotations
 
 import base64
 import html
-import json
-import logging
 import math
 from pathlib import Path
+from typing import Callable
 
 from vqlc_core.views import browse
+from vqlc_core.evaluate import tag_alignment
 from vqlc_core.llm.labels import label_facts
 from vqlc_core.base.runio import RunError, atomic_path
 from vqlc_core.methods.base import display_name
-from vqlc_core.views.wordclouds import cloud_path, palette_png, render_cloud
-from vqlc_core.data.corpus import member_contexts
+from vqlc_core.views.wordclouds import concept_cloud
+from vqlc_core.data.corpus import all_member_contexts
 from vqlc_core.methods.concepts import is_prediction_concept, prediction_examples
-
-log = logging.getLogger(__name__)
 
 N_CONTEXTS = 12  # member contexts per concept, as the dashboard's concept view shows
 N_WORDS = 15  # top words listed per concept
@@ -91,19 +91,13 @@ def choose_concepts(cs, run_name: str, concepts=None) -> list[int]:
 
 
 def cloud_uri(run_dir: Path, method: str, k: int, top_words_json: str) -> str | None:
-    """Concept k's word cloud as a PNG data URI: the dashboard's stored cloud when there is one,
-    else drawn now the same way (nothing is written to the run); None where no cloud can be drawn."""
-    words = json.loads(top_words_json)
-    if not words:
+    """Concept k's word cloud (a palette PNG) as a data URI: the run's stored cloud, drawn and
+    stored now if the run has none yet, as the dashboard does; None where no cloud can be drawn
+    (as on the dashboard, the concept then shows its words)."""
+    path = concept_cloud(run_dir, method, k, top_words_json)
+    if path is None:
         return None
-    path = cloud_path(run_dir, method, k, top_words_json)
-    try:
-        png = path.read_bytes() if path.exists() else render_cloud({str(w): float(c) for w, c in words}, seed=int(k))
-        png = palette_png(png)
-    except Exception as err:  # as on the dashboard: a concept without a picture shows its words
-        log.debug("no word cloud for %s concept %d: %s: %s", method, k, type(err).__name__, err)
-        return None
-    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+    return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
 
 
 # --- pieces of the page ---------------------------------------------------------------------------
@@ -142,9 +136,9 @@ def _facts(row) -> str:
     return f"{int(row['size'])} members, purity {float(row['purity']):.2f} ({_e(row['dominant_class'])})"
 
 
-def card_html(cs, k: int, has_cloud: bool, sentences: list[str]) -> str:
-    """A grid card: the cloud (or sentences, or words), the label and the size; it links to the
-    concept's section."""
+def card_html(cs, k: int, has_cloud: bool, sentences: list[str], tags: str = "") -> str:
+    """A grid card: the cloud (or sentences, or words), the label, the size and the strongest
+    linguistic tags (`tag_alignment.tags_line`); it links to the concept's section."""
     row = cs.summary.loc[k]
     if sentences:
         picture = "<div class=sentences>" + "".join(f"<p>{_e(t)}</p>" for t in sentences[:3]) + "</div>"
@@ -152,12 +146,13 @@ def card_html(cs, k: int, has_cloud: bool, sentences: list[str]) -> str:
         picture = f'<div class="cloud w{k}" role="img" aria-label="word cloud of c{k}"></div>'
     else:
         picture = f"<p class=sentences>{_e(', '.join(w for w, _ in cs.top_words(k, N_WORDS)))}</p>"
-    return f'<a class=card href="#c{k}">{picture}<b>{_e(cs.label(k))}</b><small>{_facts(row)}</small></a>'
+    tags = f"<small class=tags>{_e(tags)}</small>" if tags else ""
+    return f'<a class=card href="#c{k}">{picture}<b>{_e(cs.label(k))}</b><small>{_facts(row)}</small>{tags}</a>'
 
 
-def section_html(cs, k: int, has_cloud: bool, contexts, sentences: list[str]) -> str:
-    """One concept's section: label, size and purity, cloud, class distribution, top words and
-    contexts with the member word highlighted (prediction rows: their sentences)."""
+def section_html(cs, k: int, has_cloud: bool, contexts, sentences: list[str], tags: str = "") -> str:
+    """One concept's section: label, size and purity, linguistic tags, cloud, class distribution,
+    top words and contexts with the member word highlighted (prediction rows: their sentences)."""
     row = cs.summary.loc[k]
     top = ", ".join(f"{w} ({n})" for w, n in cs.top_words(k, N_WORDS)) or "none (prediction rows only)"
     items = [f"<li>{browse.highlight_html(r.text, r.start, r.end)}</li>" for r in contexts.itertuples() if r.start >= 0]
@@ -168,31 +163,49 @@ def section_html(cs, k: int, has_cloud: bool, contexts, sentences: list[str]) ->
             + (f"<p class=label>{_e(facts)}</p>" if facts else "")
             + f"<p class=meta>{_facts(row)}, {int(row['n_pred'])} prediction rows · "
             '<a href="#grid">back to the grid</a></p>'
-            f"<div class=cols><div>{cloud}<h3>Class distribution</h3>{class_bars(row)}</div>"
+            + (f"<p class=tags>Tags: {_e(tags)}</p>" if tags else "")
+            + f"<div class=cols><div>{cloud}<h3>Class distribution</h3>{class_bars(row)}</div>"
             f"<div><h3>Top words</h3><p>{_e(top)}</p><h3>Contexts</h3><ul class=contexts>{''.join(items)}</ul>"
             "</div></div></section>")
 
 
 # --- the file -----------------------------------------------------------------------------------
 
-def render(run, method: str | None = None, concepts=None) -> str:
+Progress = Callable[[int, int], None]
+
+
+def progress_text(done: int, total: int, elapsed_s: float) -> str:
+    """'120 of 400 concepts drawn, about 30 s left', the time left estimated from the pace so far."""
+    said = f"{done} of {total} concepts drawn"
+    if not 0 < done < total:
+        return said
+    left = elapsed_s / done * (total - done)
+    return said + (f", about {left:.0f} s left" if left < 90 else f", about {left / 60:.0f} min left")
+
+
+def render(run, method: str | None = None, concepts=None, progress: Progress | None = None) -> str:
     """The HTML text of the export of `method`'s concepts in `run` (all concepts with members, or
-    the ids in `concepts`)."""
+    the ids in `concepts`). `progress(done, total)` is called once per concept drawn."""
     method = choose_method(run, method)
     cs = run.concept_set(method)
     ids = choose_concepts(cs, run.dir.name, concepts)
-    texts, tokens, seed = run.texts, run.store.tokens, int(run.cfg.seed)
+    texts, seed = run.texts, int(run.cfg.seed)
     styles, cards, sections = [], [], []
-    for k in ids:
+    profiles = run.tag_profiles(method, cs=cs) if run.tags is not None else None
+    profile_of = dict(tuple(profiles.groupby("concept"))) if profiles is not None else {}  # one lookup each
+    contexts_of = all_member_contexts(texts, run.store.tokens, cs.assignments, ids, n=N_CONTEXTS, seed=seed)
+    for done, k in enumerate(ids, 1):
+        tags = tag_alignment.tags_line(tag_alignment.top_tags(profile_of[k], k)) if k in profile_of else ""
         row = cs.summary.loc[k]
         by_sentence = is_prediction_concept(row)  # shown by its sentences, as on the dashboard
         sentences = prediction_examples(texts, row)
         uri = None if by_sentence else cloud_uri(run.dir, method, k, row["top_words"])
         if uri:
             styles.append(f'.w{k}{{background-image:url("{uri}")}}')
-        contexts = member_contexts(texts, tokens, cs.assignments, k, n=N_CONTEXTS, seed=seed)
-        cards.append(card_html(cs, k, uri is not None, sentences if by_sentence else []))
-        sections.append(section_html(cs, k, uri is not None, contexts, sentences))
+        cards.append(card_html(cs, k, uri is not None, sentences if by_sentence else [], tags))
+        sections.append(section_html(cs, k, uri is not None, contexts_of[k], sentences, tags))
+        if progress is not None:
+            progress(done, len(ids))
     about = ", ".join(f"{k} {v}" for k, v in browse.provenance(run, method).items())
     title = f"vqlc concepts: {display_name(method)} in run {run.dir.name}"
     return "\n".join([
@@ -215,14 +228,15 @@ def default_out(run, method: str) -> Path:
     return Path(f"{run.dir.name}-{method}-concepts.html")
 
 
-def write(run, method: str | None = None, out: str | Path | None = None, concepts=None) -> Path:
-    """Write the export (see `render`) to `out` atomically: a file, or a folder to write
-    <run>-<method>-concepts.html in (default: the current folder)."""
+def write(run, method: str | None = None, out: str | Path | None = None, concepts=None,
+          progress: Progress | None = None) -> Path:
+    """Write the export (see `render`, and its `progress`) to `out` atomically: a file, or a
+    folder to write <run>-<method>-concepts.html in (default: the current folder)."""
     method = choose_method(run, method)
     out = Path(out) if out is not None else default_out(run, method)
     if out.is_dir():
         out = out / default_out(run, method).name
-    text = render(run, method, concepts)
+    text = render(run, method, concepts, progress)
     with atomic_path(out) as tmp:
         tmp.write_text(text, encoding="utf-8")
     return out

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from vqlc_core.llm.judge_results import decimal, load_results, percent, stale_methods
+from vqlc_core.llm.judge_results import decimal, load_results, percent, position_bias_note, stale_methods
 from vqlc_core.llm.labels import labels_frame, read_labels
 from vqlc_core.views.charts import error_bars
 
@@ -48,7 +48,9 @@ def judge_view(name: str, j: dict) -> JudgeView:
     bars = table.assign(**dict(zip(("plus", "minus"), error_bars(table, "mean", "low", "high")))) if len(table) else table
     return JudgeView(name=name, source=f"{ep.get('model', '?')} at {ep.get('server') or ep.get('base_url') or '?'}",
                      parse_rate=percent(j.get("parse_rate")), parsed=j["parsed"], requests=j["requests"],
-                     unparseable=j["unparseable"], identical_alike=percent(j.get("identical_rated_alike")),
+                     unparseable=j["unparseable"],
+                     identical_alike=("none judged" if j.get("identical_rated_alike") is None
+                                      else percent(j["identical_rated_alike"])),
                      letter_variance=percent(position.get("eta_squared")),
                      copied_reasons=percent(j.get("copied_reasons")),
                      by_letter=", ".join(f"{k} {v:.2f}" for k, v in by_letter.items()) if by_letter else None,
@@ -57,23 +59,40 @@ def judge_view(name: str, j: dict) -> JudgeView:
 
 @dataclass
 class AgreementView:
-    """The agreement between two or more judges."""
+    """The agreement between two or more judges, beside each judge's letter effect, and the
+    agreement left once each judge's mean rating per letter is removed."""
 
     kendalls_w: str
     alpha: str  # Krippendorff's, ordinal
     items: int  # rated by any judge
     items_all_judges: int
-    pairwise: pd.DataFrame  # judges, Spearman ρ, items
+    pairwise: pd.DataFrame  # judges, Spearman ρ, ρ after the letter means, items
+    letter_effects: str  # "a 82%, b 100%": the share of each judge's variance the letter explains
+    position_bias: str | None  # the sentence saying the agreement is a shared position bias, where it is
+    residual_kendalls_w: str  # after removing each judge's letter means; "undefined" where nothing varies
+    residual_alpha: str  # Krippendorff's, interval, on the same
+
+
+def _stat(v: float | None) -> str:
+    return "undefined" if v is None else f"{v:.2f}"
 
 
 def agreement_view(agreement: dict | None) -> AgreementView | None:
     """None with one judge (no agreement was measured)."""
     if not agreement:
         return None
-    pairwise = pd.DataFrame([{"judges": k, "Spearman ρ": v["spearman"], "items": v["items"]}
-                             for k, v in agreement["pairwise"].items()])
+    residual = agreement.get("residual") or {"pairwise": {}}  # absent from results written before
+    pairwise = pd.DataFrame([{"judges": k, "Spearman ρ": v["spearman"],
+                              "ρ after letter means": (residual["pairwise"].get(k) or {}).get("spearman"),
+                              "items": v["items"]} for k, v in agreement["pairwise"].items()])
+    effects = agreement.get("letter_effect") or {}
     return AgreementView(decimal(agreement.get("kendalls_w")), decimal(agreement.get("krippendorff_alpha")),
-                         agreement["items"], agreement["items_all_judges"], pairwise)
+                         agreement["items"], agreement["items_all_judges"], pairwise,
+                         letter_effects=", ".join(f"{j} {percent(v) if v is not None else 'none measurable'}"
+                                                  for j, v in effects.items()),
+                         position_bias=position_bias_note(agreement),
+                         residual_kendalls_w=_stat(residual.get("kendalls_w")),
+                         residual_alpha=_stat(residual.get("krippendorff_alpha")))
 
 
 @dataclass

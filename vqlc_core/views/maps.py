@@ -1,8 +1,9 @@
-"""Concept maps: a 2-D map of each method's concept vectors, and the frame the Codebook map page plots.
+"""Concept maps: a 2-D map of each method's concept vectors, and the figure the Codebook map page shows.
 
 The map is a UMAP computed at build time and stored (UMAP's first call in a process compiles
-for 15-25 s, so pages never compute it). The page plots `plot_frame` of it: marker diameters in
-pixels and hover texts escaped, since plotly reads tags in hover text and the words are the corpus's.
+for 15-25 s, so pages never compute it). The page shows `map_figure` of `plot_frame` of it: marker
+diameters in pixels, hover texts escaped (plotly reads tags in hover text and the words are the
+corpus's) and labelled in words, classes in colours that differ in hue for colour-blind readers too.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 
 import numpy as np
 import pandas as pd
+import plotly.express as px
 
 
 def embed_2d(vectors: np.ndarray, seed: int = 0) -> np.ndarray:
@@ -50,8 +52,11 @@ def hover_text(values) -> list[str]:
     return [html.escape(str(v), quote=False) for v in values]
 
 
-# What a point's hover label shows besides its name (plotly express's `hover_data`).
-HOVER_DATA = {"top_words": True, "size": True, "purity": ":.2f", "marker": False, "x": False, "y": False}
+# What a point's hover label shows besides its name, in this order, and how it is named there.
+HOVER = {"top_words": "top words", "size": "members", "purity": "purity", "dominant_class": "dominant class"}
+# Okabe & Ito's colour-blind-safe palette (orange, blue, green, ...): the first two classes differ in
+# hue and in lightness, so they stay apart under every common colour-vision deficiency.
+CLASS_COLORS = ["#E69F00", "#0072B2", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#F0E442", "#000000"]
 
 
 def plot_frame(points: pd.DataFrame, label_of) -> pd.DataFrame:
@@ -64,6 +69,23 @@ def plot_frame(points: pd.DataFrame, label_of) -> pd.DataFrame:
     for col in ("top_words", "dominant_class"):
         out[col] = hover_text(out[col])
     return out
+
+
+def map_figure(df: pd.DataFrame, class_names: list[str], height: int = 560):
+    """The Codebook map of `plot_frame`'s frame: one point per concept, sized by members and
+    coloured by dominant class (in `class_names` order, so a class keeps its colour across methods);
+    the hover names each field in words ("members: 412") and carries the concept id first in
+    `customdata` for a click."""
+    classes = hover_text(class_names)
+    classes += [c for c in dict.fromkeys(df["dominant_class"]) if c not in classes]
+    fig = px.scatter(df, x="x", y="y", size="marker", color="dominant_class", hover_name="name",
+                     custom_data=["concept", *HOVER], category_orders={"dominant_class": classes},
+                     color_discrete_sequence=CLASS_COLORS, labels=HOVER, height=height)
+    lines = [f"{name}: %{{customdata[{i}]{':.2f' if col == 'purity' else ''}}}"
+             for i, (col, name) in enumerate(HOVER.items(), start=1)]
+    fig.update_traces(marker={"sizemode": "diameter", "sizeref": 1},  # `marker` holds diameters in pixels
+                      hovertemplate="<b>%{hovertext}</b><br>" + "<br>".join(lines) + "<extra></extra>")
+    return fig.update_layout(xaxis_title=None, yaxis_title=None, legend_title_text=HOVER["dominant_class"])
 
 
 def concept_map(cs, seed: int = 0) -> pd.DataFrame:

@@ -1,6 +1,8 @@
 """Case-study pins saved with their run: `<run>/ui/pins.json`, a JSON list of the records
 `browse.make_pin` makes, written atomically (never pickled), so pins survive a restart and
-everyone who opens the run sees them. An input is pinned once per run and method.
+everyone who opens the run sees them. A view of an input (the concepts ablated on the page
+together) is pinned once per run and method; a pin made before pins kept that set loads as one
+with none ablated.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ import json
 import threading
 from pathlib import Path
 
-from vqlc_core.views.browse import find_pin
+from vqlc_core.views.browse import ablated_ids, find_pin
 from vqlc_core.base.runio import RunError, read_json, write_json
 
 # One dashboard process serves every session: a read-change-write of the file is done whole.
@@ -48,20 +50,21 @@ def save_pins(run_dir: str | Path, pins: list[dict]) -> None:
 
 def add_pin(run_dir: str | Path, pin: dict) -> int | None:
     """Add `pin` to the run's pins and return how many there are now; None, and nothing added,
-    when the same input is already pinned from this run and method."""
+    when the same input with the same concepts ablated is already pinned from this run and method."""
     with _LOCK:
         pins = load_pins(run_dir)
-        if find_pin(pins, pin.get("run"), pin["method"], pin["text"]) is not None:
+        if find_pin(pins, pin.get("run"), pin["method"], pin["text"], ablated_ids(pin)) is not None:
             return None
         save_pins(run_dir, [*pins, pin])
         return len(pins) + 1
 
 
-def remove_pin(run_dir: str | Path, run: str | None, method: str, text: str) -> bool:
-    """Remove the pin of `text` under `method` (from run `run`); whether there was one."""
+def remove_pin(run_dir: str | Path, run: str | None, method: str, text: str, ablated=()) -> bool:
+    """Remove the pin of `text` under `method` (from run `run`) with the concepts `ablated`;
+    whether there was one."""
     with _LOCK:
         pins = load_pins(run_dir)
-        i = find_pin(pins, run, method, text)
+        i = find_pin(pins, run, method, text, ablated)
         if i is None:
             return False
         save_pins(run_dir, pins[:i] + pins[i + 1:])

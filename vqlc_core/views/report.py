@@ -3,8 +3,11 @@ with a short Markdown report, made from pinned inputs (`browse.make_pin`). Every
 where each pin comes from (run, model, layer, method, seed: `browse.PROVENANCE`). Every function
 returns bytes (or text) and touches no files, so the dashboard hands them to download buttons.
 
-Figures are drawn with matplotlib's object API (no pyplot state), which is safe to call from
-the dashboard's threads; user text is drawn with mathtext off.
+A pin's effects come first as the page showed them: the concepts ablated there together, then
+each shown concept alone (`effects`). Figures are drawn with matplotlib's object API (no pyplot
+state), which is safe to call from the dashboard's threads; user text is drawn with mathtext off,
+and an SVG keeps it as text (editable, searchable). The LaTeX table is a booktabs table for one
+column of a two-column paper.
 """
 
 from __future__ import annotations
@@ -16,14 +19,32 @@ import zipfile
 
 import pandas as pd
 
-from vqlc_core.views.browse import PROVENANCE, concept_color
+from vqlc_core.views.browse import PROVENANCE, ablated_ids, concept_color
 from vqlc_core.base.runio import RunError
 
 FORMATS = ("png", "svg")
-_LATEX = {"\\": r"\textbackslash{}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
-          **{c: "\\" + c for c in "&%$#_{}"}}
-TABLE_COLUMNS = ["pin", *PROVENANCE, "text", "prediction", "confidence", "concept", "label", "why", "delta",
-                 "new_prediction", "new_confidence"]
+MARGIN_IN = 0.15  # white space around every figure, in inches
+_LATEX = {"\\": r"\textbackslash{}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "<": r"\textless{}",
+          ">": r"\textgreater{}", **{c: "\\" + c for c in "&%$#_{}"}}
+EFFECT_COLUMNS = ["ablated", "label", "why", "delta", "new_prediction", "new_confidence"]
+TABLE_COLUMNS = ["pin", *PROVENANCE, "text", "prediction", "confidence", *EFFECT_COLUMNS]
+TOGETHER = "ablated together on the page"
+
+
+def effects(pin: dict) -> list[dict]:
+    """A pin's ablation effects, each {"ablated" ("c43 + c368"), "label", "why", "delta",
+    "new_prediction", "new_confidence", "concepts"}: the concepts the page had ablated together
+    first (when it had), then each shown concept alone."""
+    together = ablated_ids(pin)
+    rows = []
+    if together:
+        labels = pin.get("labels", {})
+        rows.append({"ablated": " + ".join(f"c{k}" for k in together), "concepts": together,
+                     "label": "; ".join(labels.get(k, f"c{k}") for k in together), "why": TOGETHER,
+                     **{k: pin["ablated"][k] for k in ("delta", "new_prediction", "new_confidence")}})
+    rows += [{"ablated": f"c{c['concept']}", "concepts": [c["concept"]],
+              **{k: c[k] for k in EFFECT_COLUMNS[1:]}} for c in pin["concepts"]]
+    return rows
 
 
 def provenance_line(pin: dict) -> str:
@@ -45,29 +66,39 @@ def _save(fig, fmt: str, pin: dict) -> bytes:
     pin comes from, as the caption drawn in the figure does."""
     if fmt not in FORMATS:
         raise RunError(f"Unknown figure format '{fmt}'; choose one of {', '.join(FORMATS)}.")
+    from matplotlib import rc_context
+
     buf = io.BytesIO()
-    fig.savefig(buf, format=fmt, bbox_inches="tight",
-                metadata={"Title": f"vqlc case study: {pin['method']}", "Description": provenance_line(pin)})
+    with rc_context({"svg.fonttype": "none"}):  # SVG text as <text>, not paths
+        fig.savefig(buf, format=fmt, bbox_inches="tight", pad_inches=MARGIN_IN,
+                    metadata={"Title": f"vqlc case study: {pin['method']}", "Description": provenance_line(pin)})
     return buf.getvalue()
 
 
 def ablation_figure(pin: dict, fmt: str = "png") -> bytes:
-    """Bar chart of each shown concept's ablation effect on the predicted class's confidence."""
-    rows = pin["concepts"]
+    """Bar chart of the ablation effects on the predicted class's confidence: the concepts the
+    page ablated together (top, hatched), then each shown concept alone."""
+    rows = effects(pin)[::-1]  # barh draws bottom up
     fig = _figure(6.0, 0.5 + 0.4 * max(len(rows), 1))
     ax = fig.add_subplot()
-    labels = [r["label"] for r in rows][::-1]
-    deltas = [r["delta"] for r in rows][::-1]
-    ax.barh(range(len(rows)), deltas, color=[concept_color(r["concept"]) for r in rows][::-1], edgecolor="#444")
-    ax.set_yticks(range(len(rows)), labels, fontsize=8)
+    bars = ax.barh(range(len(rows)), [r["delta"] for r in rows], edgecolor="#444",
+                   color=[concept_color(r["concepts"][0]) if len(r["concepts"]) == 1 else "#dddddd" for r in rows])
+    for bar, r in zip(bars, rows):
+        if r["why"] == TOGETHER:
+            bar.set_hatch("//")
+    ax.set_yticks(range(len(rows)), [f"{r['ablated']} together" if r["why"] == TOGETHER else r["label"]
+                                     for r in rows], fontsize=8)
     for t in ax.get_yticklabels():
         t.set_parse_math(False)
     ax.axvline(0, color="#444", linewidth=0.8)
     ax.set_xlabel(f"Δ confidence of '{pin['prediction']}' when ablated", parse_math=False)
     ax.set_title(f"{pin['method']}: concept ablation", parse_math=False)
-    ax.annotate(provenance_line(pin), xy=(0, 0), xycoords=("figure fraction", ax.xaxis.label), xytext=(0, -4),
-                textcoords="offset points", fontsize=6, color="#555", va="top", annotation_clip=False,
-                parse_math=False)
+    # The footer starts under the tick labels' left edge (a figure fraction would follow the
+    # saved image's own edge once it is cropped to its content).
+    left = ax.get_tightbbox(fig.canvas.get_renderer()).x0
+    ax.annotate(provenance_line(pin), xy=((left - ax.bbox.x0) / ax.bbox.width, 0),
+                xycoords=("axes fraction", ax.xaxis.label), xytext=(0, -4), textcoords="offset points", fontsize=6,
+                color="#555", va="top", annotation_clip=False, parse_math=False)
     return _save(fig, fmt, pin)
 
 
@@ -99,12 +130,11 @@ def sentence_figure(pin: dict, fmt: str = "png", width_px: int = 900) -> bytes:
 
 
 def pins_table(pins: list[dict]) -> pd.DataFrame:
-    """One row per (pin, shown concept): where the pin comes from, its input and prediction,
-    the concept and its ablation effect."""
+    """One row per (pin, effect): where the pin comes from, its input and prediction, what was
+    ablated and its effect; the page's concepts ablated together first (see `effects`)."""
     rows = [{"pin": i + 1, **{k: p.get(k) for k in PROVENANCE}, "text": p["text"], "prediction": p["prediction"],
-             "confidence": p["confidence"], **{k: c[k] for k in ("concept", "label", "why", "delta",
-                                                                 "new_prediction", "new_confidence")}}
-            for i, p in enumerate(pins) for c in p["concepts"]]
+             "confidence": p["confidence"], **{k: e[k] for k in EFFECT_COLUMNS}}
+            for i, p in enumerate(pins) for e in effects(p)]
     return pd.DataFrame(rows, columns=TABLE_COLUMNS)
 
 
@@ -114,29 +144,61 @@ def table_csv(df: pd.DataFrame) -> bytes:
 
 def latex_escape(text: str) -> str:
     """`text` with LaTeX's special characters escaped."""
-    return re.sub(r"[\\&%$#_{}~^]", lambda m: _LATEX[m.group()], text)
+    return re.sub(r"[\\&%$#_{}~^<>]", lambda m: _LATEX[m.group()], text)
+
+
+# One column of a two-column paper: the concept's label and why it is shown wrap, the numbers do not.
+_RAGGED = r">{\raggedright\arraybackslash}"
+_LATEX_COLUMNS = rf"@{{}}{_RAGGED}X{_RAGGED}Xr{_RAGGED}p{{0.2\columnwidth}}@{{}}"
+_LATEX_HEAD = r"Concept(s) ablated & Why & $\Delta$ conf. & New prediction \\"
+
+
+def _named(row) -> str:
+    """The label of a table row, led by its concept id when the label does not say it."""
+    return row.label if str(row.label).startswith(row.ablated.split(" ")[0] + ":") else f"{row.ablated}: {row.label}"
 
 
 def table_latex(df: pd.DataFrame, caption: str | None = None) -> bytes:
-    """A LaTeX tabular of `df` (special characters escaped, in the caption too; floats to 3
-    decimals)."""
-    caption = latex_escape(caption) if caption else None
-    return df.to_latex(index=False, escape=True, float_format="%.3f", caption=caption).encode()
+    """`df` (as `pins_table` makes it) as a booktabs table that fits one column of a two-column
+    paper (it needs \\usepackage{booktabs,tabularx}): four columns (concept, why, Δ confidence, new
+    prediction), each pin's sentence, prediction and provenance once, in a row across the table,
+    then its ablation effects, the page's concepts ablated together first. Text is escaped, the
+    caption too."""
+    e = latex_escape
+    caption = e(caption or "Concepts of the pinned inputs and the effect of ablating them.")
+    lines = [r"% vqlc case study: needs \usepackage{booktabs,tabularx}", r"\begin{table}[t]", r"\centering\small",
+             r"\setlength{\tabcolsep}{4pt}", rf"\caption{{{caption}}}", r"\label{tab:case-study}",
+             rf"\begin{{tabularx}}{{\columnwidth}}{{{_LATEX_COLUMNS}}}", r"\toprule", _LATEX_HEAD]
+    for pin, rows in df.groupby("pin", sort=True):
+        first = rows.iloc[0]
+        source = provenance_line({k: first[k] for k in PROVENANCE if pd.notna(first[k])})
+        head = (rf"\textbf{{Pin {pin}}}: ``{e(str(first['text']))}'' $\rightarrow$ {e(str(first['prediction']))} "
+                rf"({first['confidence']:.3f}). \emph{{{e(source)}.}}")
+        lines += [r"\midrule", rf"\multicolumn{{4}}{{@{{}}{_RAGGED}p{{\columnwidth}}@{{}}}}{{{head}}} \\"]
+        lines += [" & ".join([e(_named(r)), e(str(r.why)), f"${r.delta:+.3f}$",
+                              f"{e(str(r.new_prediction))} ({r.new_confidence:.3f})"]) + r" \\"
+                  for r in rows.itertuples()]
+    lines += [r"\bottomrule", r"\end{tabularx}", r"\end{table}", ""]
+    return "\n".join(lines).encode()
 
 
 def markdown_report(pins: list[dict], figures: dict[int, list[str]] | None = None) -> str:
     """A short Markdown report: per pin where it comes from, its input, prediction and concepts
-    with ablation effects, and its figures, each with a caption that says where it comes from."""
+    with ablation effects, their linguistic tags (pins made on a run with tags), and its figures, each with a caption that says where it comes from."""
     lines = ["# Case study", "", f"{len(pins)} pinned input(s).", ""]
     for i, p in enumerate(pins, 1):
         lines += [f"## Pin {i} ({p['method']})", "", f"From: {provenance_line(p)}.", "", f"> {p['text']}", "",
                   f"Prediction: **{p['prediction']}** (confidence {p['confidence']:.3f})", "",
-                  "| concept | label | why | Δ confidence | new prediction |", "|---|---|---|---|---|"]
-        for c in p["concepts"]:
-            cells = [str(c["concept"]), c["label"], c["why"], f"{c['delta']:+.3f}",
+                  "| ablated | label | why | Δ confidence | new prediction |", "|---|---|---|---|---|"]
+        for c in effects(p):
+            cells = [c["ablated"], c["label"], c["why"], f"{c['delta']:+.3f}",
                      f"{c['new_prediction']} ({c['new_confidence']:.3f})"]
             lines.append("| " + " | ".join(s.replace("|", "\\|") for s in cells) + " |")
         lines.append("")
+        tags = {int(k): v for k, v in (p.get("tags") or {}).items()}
+        if tags:
+            lines += ["Linguistic tags (share of the concept's train members; ✓ aligned):", ""]
+            lines += [f"- c{k}: {v}" for k, v in sorted(tags.items())] + [""]
         for f in (figures or {}).get(i, []):
             kind = f.rsplit("_", 1)[-1].split(".")[0]  # figures/pin1_ablation.png -> ablation
             lines += [f"![{f}]({f})", "", f"*Pin {i}, {kind} figure: {provenance_line(p)}.*", ""]
