@@ -20,6 +20,7 @@ from vqlc_core.data.alignment import (MAX_RATIO, MIN_RATIO, Aligner, alignment_r
                                  tokenizer_family)
 from vqlc_core.data.backbone import Backbone
 from vqlc_core.data.downloads import pip_download
+from vqlc_core.data.models import load_tokenizer
 from vqlc_core.base.runio import RunError
 
 MISTRAL_COMMON = "mistral-common==1.13.1"  # Apache-2.0; 6.6 MB wheel holding Mistral's tokenizer files
@@ -170,6 +171,17 @@ def test_every_family_aligns_about_one_word_per_reference_word_on_mr(family, req
     assert 0.98 < ratio < 1.06
     assert ratio == alignment_ratio(bb.tokenizer, mr_texts["text"].tolist(), bb.max_length, bb.add_bos, sample=200,
                                     seed=0)
+
+
+def test_a_gguf_tokenizer_read_without_converting_the_weights_aligns_as_the_converted_model(mr_texts, tmp_path):
+    from vqlc_core.data.gguf_files import smollm2_gguf
+
+    texts = mr_texts["text"].tolist()
+    tok, name, add_bos = load_tokenizer(str(smollm2_gguf(CACHE)), tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()  # nothing converted, nothing written
+    converted, _, converted_bos = load_tokenizer("smollm2-135m", CACHE)  # the converted model's own tokenizer
+    assert (name, add_bos) == ("SmolLM2-135M-Instruct.Q4_1", converted_bos)
+    assert alignment_ratio(tok, texts, 128, add_bos) == alignment_ratio(converted, texts, 128, converted_bos)
 
 
 def test_a_text_cut_by_max_length_counts_only_its_covered_words(minilm, mr_texts):

@@ -193,3 +193,18 @@ def test_a_link_to_a_page_is_the_first_visit_of_a_fresh_server(fresh, apptest_ru
         assert [t.split("\n")[-1] for t in nav.all_inner_texts()] == ["Concepts", "Codebook map", "Explain", "Compare", "Case study",
                                          "Judges", "Labels", "Build"]
         assert urlsplit(pg.url).path == "/judges"
+
+
+def test_the_sidebar_link_is_shown_whole_with_its_copy_button_in_view(fresh, server):
+    with fresh() as pg:
+        pg.goto(f"{server}/explain?" + urlencode({"run": "apptest", "method": "vqlc", "text": SENTENCE}))
+        expect(sentence(pg)).to_contain_text("actors")
+        idle(pg)
+        pg.mouse.move(700, 400)  # the pointer away from the sidebar
+        code = pg.locator('[data-testid="stSidebar"] [data-testid="stCode"]')
+        assert shared_link(pg).replace("\n", "").startswith(f"{server}/explain?")
+        box = code.locator("pre").first
+        assert box.evaluate("e => e.scrollWidth <= e.clientWidth + 1"), "the link is cut: it scrolls sideways"
+        button = code.locator("button").first
+        assert button.evaluate("b => getComputedStyle(b).opacity") == "1"
+        assert button.evaluate("b => getComputedStyle(b).visibility") == "visible"

@@ -349,3 +349,41 @@ def test_the_concepts_page_prepares_the_html_file_before_offering_it(cache_env):
     assert offered[0].proto.url  # the file's bytes, drawn while the progress bar showed
     at.sidebar.text_input[0].input("the").run()  # another widget: the prepared file stays offered
     assert "Download as one HTML file" in {b.label for b in at.get("download_button")}
+
+
+def test_the_build_page_builds_an_uploaded_file_with_the_command_lines_column_choices(tmp_path, monkeypatch):
+    monkeypatch.setenv("VQLC_CACHE_DIR", str(tmp_path))
+    csv = "sentence,stars,id\n" + "".join(f"text number {i} is {'good' if i % 2 else 'bad'},{i % 2},{i}\n"
+                                          for i in range(20))
+    at = page("build")
+    at.run()
+    at.sidebar.radio[0].set_value("my own file").run()
+    assert "Upload a file" in at.info[0].value and not at.button  # nothing to build before a file
+    at.file_uploader[0].set_value(("my reviews.csv", csv.encode(), "text/csv")).run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    text, label = (next(s for s in at.selectbox if s.label == name) for name in ("Text column", "Label column"))
+    assert (text.value, label.value) == ("sentence", "stars")  # no 'text'/'label' columns: the first others
+    label.set_value("stars").run()
+    saved = list((tmp_path / "uploads").iterdir())
+    assert len(saved) == 1 and saved[0].read_text() == csv
+    at.text_input[0].set_value("mine").run()
+    assert at.button[0].label == "Build 'mine'"
+    command = next(m.value for m in at.markdown if "vqlc build" in m.value).split("`")[-2]
+    cfg = _parsed(command)
+    assert (cfg.run, cfg.data.dataset, cfg.data.text_column, cfg.data.label_column) == \
+        ("mine", str(saved[0]), "sentence", "stars")
+    next(s for s in at.selectbox if s.label == "Label column").set_value("sentence").run()
+    assert "both 'sentence'" in at.error[0].value
+
+
+def test_build_messages_pass_on_what_the_stages_log():
+    import logging
+
+    import vqlc_ui
+
+    got = []
+    with vqlc_ui.build_messages(got.append):
+        logging.getLogger("vqlc_core.data.finetune").info("fine-tune: about %d s", 12)
+        logging.getLogger("vqlc_core.data.finetune").debug("not this")
+    logging.getLogger("vqlc_core.data.finetune").info("nor this, after the block")
+    assert got == ["fine-tune: about 12 s"]

@@ -9,10 +9,10 @@ Runs live under `$VQLC_CACHE_DIR/runs/` (default `cache/runs/`).
 from .loaders import (ablate, cache_dir, cloud, concept_map, concepts, evaluation, explain, explainer, load_run,
                       prediction_members, stamp, texts, tokens, warm_up)
 from .views import ablation_panel, colored_sentence, concept_picture, concept_view, plain, prediction_concept
-from .widgets import (EXAMPLE, app_navigation, guard, persisted, pin_button, rebuild_button, sidebar, text_input, text_key,
+from .widgets import (EXAMPLE, app_navigation, build_messages, guard, persisted, pin_button, rebuild_button, sidebar, text_input, text_key,
                       well_formed_typing)
 
-__all__ = ["EXAMPLE", "ablate", "app_navigation", "ablation_panel", "cache_dir", "cloud", "colored_sentence",
+__all__ = ["EXAMPLE", "ablate", "app_navigation", "build_messages", "ablation_panel", "cache_dir", "cloud", "colored_sentence",
            "concept_map", "concept_picture", "concept_view", "concepts", "evaluation", "explain", "explainer", "guard",
            "load_run", "persisted", "pin_button", "plain", "prediction_concept", "prediction_members", "rebuild_button",
            "sidebar", "stamp", "text_input", "text_key", "texts", "tokens", "warm_up", "well_formed_typing"]

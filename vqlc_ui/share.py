@@ -21,6 +21,11 @@ _RESTORED, _PENDING, _VIEW = "_share_restored", "_share_pending", "_share_view"
 
 # --- the URL's words ---------------------------------------------------------------------------
 
+# The whole link wraps in the narrow sidebar, and its copy button stays in view (Streamlit shows it on hover only).
+_LINK_STYLE = ('<style>[data-testid="stSidebar"] [data-testid="stCode"] button '
+               "{opacity: 1 !important; visibility: visible !important;}</style>")
+
+
 def parse_ablate(value: str) -> dict[str, list[int]]:
     """'vqlc:3,vqlc:5,kmeans:2' -> {'vqlc': [3, 5], 'kmeans': [2]}; an item that is not
     method:number is left out."""
@@ -135,4 +140,5 @@ def publish(**state) -> None:
         st.query_params.from_dict(params)
     with view["box"].container():
         st.caption("Link to this view (the button at its right copies it)")
-        st.code(link(st.context.url, params), language=None)
+        st.html(_LINK_STYLE)
+        st.code(link(st.context.url, params), language=None, wrap_lines=True)

@@ -7,6 +7,7 @@ one page are kept for the others in `st.session_state`, and put in the page's li
 from __future__ import annotations
 
 import hashlib
+import logging
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -39,6 +40,24 @@ def guard():
         st.stop()
 
 
+@contextmanager
+def build_messages(show):
+    """Pass what vqlc's stages log at INFO (the fine-tuning's time estimate, a stage's result)
+    to `show(message)` while the block runs, as the command line prints them."""
+    logger = logging.getLogger("vqlc_core")
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: show(record.getMessage())
+    level = logger.level
+    logger.addHandler(handler)
+    if logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
 def rebuild_button(run_dir: Path, stage: str) -> None:
     """Offer to build `stage` of the run and every stage after it again, with a progress bar."""
     if not st.button(f"Rebuild '{stage}'", key=f"rebuild_{stage}", type="primary", icon=":material/build:"):
@@ -47,7 +66,8 @@ def rebuild_button(run_dir: Path, stage: str) -> None:
 
     run_dir = Path(run_dir)
     bar = st.progress(0.0, text="starting")
-    with guard():
+    said = st.empty()
+    with guard(), build_messages(said.text):
         build(Run(run_dir).rebuild_config(), rebuild=stage,
               on_stage=lambda i, n, name: bar.progress(i / n, text=f"{name} ({i}/{n})"))
     st.success(f"Run '{run_dir.name}' is rebuilt from stage '{stage}'; reload the page.")

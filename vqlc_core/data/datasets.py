@@ -178,6 +178,11 @@ def _read_table(path: Path, max_bytes: int, text_column: str) -> "pd.DataFrame":
                           f"{str(err).splitlines()[0] if str(err) else 'no detail'}); check the file's format.") from err
 
 
+def file_columns(path: str | Path, max_bytes: int = MAX_BYTES) -> list[str]:
+    """The column names of a .csv / .jsonl / .parquet file, read as `load_dataset` reads it."""
+    return [str(c) for c in _read_table(Path(path), max_bytes, "text").columns]
+
+
 def _user_file(path: Path, text_column: str, label_column: str, max_bytes: int) -> TextDataset:
     import pandas as pd
 
