@@ -6,7 +6,12 @@ and every image loaded. A second visit in a new session of the same server is ti
     .venv/bin/python bench/first_load.py --run-dir cache/runs/default   # writes bench/results/first_load.json
 
 The run should be a full build of the default preset (MiniLM on MR, K = 400), the one a new
-user opens first. The machine's other load is reported with the times.
+user opens first. The machine's other load is reported with the times. On a shared machine,
+compare two versions under the same load: `--baseline` serves another checkout in turn with this
+one, page by page, each visit on a fresh server, and `--repeats` gives medians:
+
+    git archive HEAD | tar -x -C /tmp/before   # e.g. the last commit
+    .venv/bin/python bench/first_load.py --baseline /tmp/before --repeats 3
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import time
 from pathlib import Path
 
@@ -52,6 +58,15 @@ def settle_time(browser, url: str, title: str, timeout_ms: int = 120_000) -> flo
         context.close()
 
 
+def visit(browser, run_dir: Path, path: str, app_root: Path = ROOT) -> tuple[float, float, float]:
+    """(first load, second visit, load average) of page `path` on a fresh server of `app_root`."""
+    with serve(run_dir, app_root=app_root) as (base, _):
+        load = os.getloadavg()[0]
+        first = settle_time(browser, f"{base}/{path}", PAGES[path])
+        again = settle_time(browser, f"{base}/{path}", PAGES[path])
+    return first, again, load
+
+
 def main() -> None:
     from playwright.sync_api import sync_playwright
 
@@ -60,23 +75,33 @@ def main() -> None:
                     help="a built run (default: cache/runs/default)")
     ap.add_argument("--pages", nargs="+", default=list(PAGES), help="page paths ('' is Concepts)")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--baseline", type=Path, help="another checkout served in turn with this one (same load)")
+    ap.add_argument("--repeats", type=int, default=1, help="visits of each page per version; medians are kept")
     args = ap.parse_args()
     if not (args.run_dir / "manifest.json").exists():
         raise SystemExit(f"No run in {args.run_dir}; build it with `vqlc build` or pass --run-dir.")
     rows = []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
+        versions = {"": ROOT, **({"baseline_": args.baseline.resolve()} if args.baseline else {})}
         for path in args.pages:
-            with serve(args.run_dir) as (base, _):
-                load = os.getloadavg()[0]
-                first = settle_time(browser, f"{base}/{path}", PAGES[path])
-                again = settle_time(browser, f"{base}/{path}", PAGES[path])
-            rows.append({"page": path or "concepts", "first_s": round(first, 2), "second_visit_s": round(again, 2),
-                         "load_average_1min": round(load, 2)})
-            print(f"{rows[-1]['page']:>13}: first load {first:5.2f} s, second visit {again:5.2f} s "
-                  f"(load average {load:.1f})", flush=True)
+            got = {v: [] for v in versions}
+            for _ in range(args.repeats):  # the versions alternate, so each sees the same load
+                for v, root in versions.items():
+                    got[v].append(visit(browser, args.run_dir, path, root))
+            row = {"page": path or "concepts"}
+            for v, times in got.items():
+                first, again, load = (statistics.median(x) for x in zip(*times))
+                row.update({f"{v}first_s": round(first, 2), f"{v}second_visit_s": round(again, 2),
+                            f"{v}load_average_1min": round(load, 2)})
+                print(f"{row['page']:>13}{' (baseline)' if v else ''}: first load {first:5.2f} s, second visit "
+                      f"{again:5.2f} s (load average {load:.1f})", flush=True)
+            if args.baseline:
+                row["first_ratio"] = round(row["first_s"] / row["baseline_first_s"], 2)
+            rows.append(row)
         browser.close()
-    out = {"run": args.run_dir.resolve().name, "viewport": "1400x900", "cpus": os.cpu_count(), "pages": rows}
+    out = {"run": args.run_dir.resolve().name, "viewport": "1400x900", "cpus": os.cpu_count(),
+           "repeats": args.repeats, **({"baseline": str(args.baseline)} if args.baseline else {}), "pages": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {args.out}")

@@ -101,4 +101,4 @@ def test_a_built_new_method_reaches_the_report_and_the_compare_page(registered, 
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert [s.value for s in at.subheader][:4] == ["VQLC", "K-Means", "LACOAT", "Sampled centroids"]
-    assert "sampled" in set(at.dataframe[0].value["method"])
+    assert "Sampled centroids" in set(at.dataframe[0].value["method"])  # by its display name, as the README

@@ -247,3 +247,18 @@ def test_a_codes_centre_is_the_decoded_code_in_the_models_space(store):
     k = int(np.bincount(idx).argmax())
     want = h[k] * scale[idx == k].mean() * rowwise.scale_ + rowwise.mean_
     assert np.allclose(rowwise.concept_centres(store, rows)[k], want, rtol=1e-4, atol=1e-3)
+
+
+def test_a_step_hook_sees_every_step_and_leaves_the_fit_unchanged(fitted, store):
+    from vqlc_core.methods.trainer import on_step
+
+    X, seen = store.read(np.arange(100)), []
+    est = VQLC(**SMALL)
+    with on_step(est, lambda m, step: seen.append((step, m.model_.training, m.predict(X)))):
+        est.fit(store)
+    steps = SMALL["epochs"] * -(-store.n_rows // SMALL["batch_size"])
+    assert [s for s, *_ in seen] == list(range(steps + 1))  # step 0 is the initialised, untrained fit
+    assert not any(training for _, training, _ in seen)
+    assert np.array_equal(seen[-1][2], est.predict(X))
+    assert torch.equal(est.model_.codebook.embed, fitted.model_.codebook.embed)  # as a fit without the hook
+    assert est._step_hooks == []  # the hook is gone after the block

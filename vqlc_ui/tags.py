@@ -33,6 +33,35 @@ def profiles(run_dir: str, _stamp: int, method: str) -> pd.DataFrame | None:
     return run.tag_profiles(method, cs=concepts(run_dir, _stamp, method))
 
 
+@st.cache_resource(show_spinner=False, max_entries=16)
+def tag_index(run_dir: str, _stamp: int, method: str) -> dict | None:
+    """The method's profiles (shared by every session, read only) with what the pages look up in
+    them, found once: each concept's rows (`rows`: positions, in the profiles' order), its card's
+    line once drawn (`lines`) and, for each aligned tag in `aligned_tag_labels` order, the concepts
+    aligned with it. None without tags."""
+    p = profiles(run_dir, _stamp, method)
+    if p is None:
+        return None
+    al = tag_alignment.aligned(p)
+    with_label: dict[str, set[int]] = {}
+    for k, s, t in zip(al["concept"], al["tag_set"], al["tag"]):
+        with_label.setdefault(tag_alignment.tag_label(s, t), set()).add(int(k))
+    return {"profiles": p, "rows": p.groupby("concept").indices, "lines": {},
+            "aligned": {lab: sorted(with_label[lab]) for lab in tag_alignment.aligned_tag_labels(p)}}
+
+
+def card_line(run_dir: str, stamp: int, method: str, k: int) -> str:
+    """Concept k's strongest tags as one line (`tag_alignment.top_tags`), '' for none."""
+    index = tag_index(run_dir, stamp, method)
+    rows = index["rows"].get(int(k)) if index is not None else None
+    if rows is None:
+        return ""
+    if int(k) not in index["lines"]:  # once per concept, not on every rerun of every session
+        # its own rows in the profiles' order give the same top tags as the whole profiles
+        index["lines"][int(k)] = tag_alignment.tags_line(tag_alignment.top_tags(index["profiles"].iloc[rows], int(k)))
+    return index["lines"][int(k)]
+
+
 @st.cache_data(show_spinner=False, max_entries=16)
 def faithfulness(run_dir: str, _stamp: int, method: str) -> pd.Series:
     """Per concept: the mean confidence drop when it is ablated as a test sentence's prediction
@@ -42,10 +71,7 @@ def faithfulness(run_dir: str, _stamp: int, method: str) -> pd.Series:
 
 def tags_caption(run, method: str, k: int, stamp: int) -> None:
     """Concept k's strongest tags under its name ('Tags: ADJ (POS) 96% · ...'), if any."""
-    p = profiles(str(run.dir), stamp, method)
-    if p is None:
-        return
-    line = tag_alignment.tags_line(tag_alignment.top_tags(p, k))
+    line = card_line(str(run.dir), stamp, method, k)
     if line:
         st.caption(_plain("Tags: " + line), help="the share of the concept's train members with each tag, the "
                    "tags most over-represented against the corpus first; ✓: the concept is aligned with the tag (at least "
@@ -54,10 +80,8 @@ def tags_caption(run, method: str, k: int, stamp: int) -> None:
 
 def pin_tags(run, method: str, ids) -> dict[int, str]:
     """Each concept of `ids`' strongest tags as one line, for a pin (its exports carry them)."""
-    p = profiles(str(run.dir), loaders_stamp(run), method)
-    if p is None:
-        return {}
-    return {int(k): line for k in ids if (line := tag_alignment.tags_line(tag_alignment.top_tags(p, int(k))))}
+    rd, sp = str(run.dir), loaders_stamp(run)
+    return {int(k): line for k in ids if (line := card_line(rd, sp, method, k))}
 
 
 def missing_caption(run) -> None:
@@ -72,15 +96,15 @@ def filter_and_sort(run, method: str, stamp: int, ids: list[int]) -> list[int]:
     """The sidebar's tag filter and sort order applied to concept ids `ids`."""
     rd = str(run.dir)
     cs = concepts(rd, stamp, method)
-    p = profiles(rd, stamp, method)
+    index = tag_index(rd, stamp, method)
+    p = index["profiles"] if index is not None else None
     if p is not None:
-        labels = tag_alignment.aligned_tag_labels(p)
-        counts = {lab: len(tag_alignment.concepts_aligned_with(p, lab)) for lab in labels}
-        choice = st.sidebar.selectbox("Aligned with tag", [ANY, *labels], key=f"tag_filter_{method}",
-                                      format_func=lambda s: s if s == ANY else f"{s} ({counts[s]})",
+        with_label = index["aligned"]
+        choice = st.sidebar.selectbox("Aligned with tag", [ANY, *with_label], key=f"tag_filter_{method}",
+                                      format_func=lambda s: s if s == ANY else f"{s} ({len(with_label[s])})",
                                       help="concepts at least 90% of whose tagged train members carry the tag")
         if choice != ANY:
-            keep = set(tag_alignment.concepts_aligned_with(p, choice))
+            keep = set(with_label[choice])
             ids = [k for k in ids if k in keep]
     else:
         st.sidebar.caption("This run has no linguistic tags; build it again to add them.")
@@ -103,5 +127,6 @@ def filter_and_sort(run, method: str, stamp: int, ids: list[int]) -> list[int]:
 
 @st.cache_data(show_spinner="Aligning the concepts with the tags...", max_entries=8)
 def comparison(run_dir: str, _stamp: int) -> pd.DataFrame:
-    """The run's aligned-concept table, one row per tag set, one column per method."""
-    return tag_alignment.display_frame(tag_alignment.alignment_table(load_run(run_dir, _stamp)))
+    """The run's aligned-concept table, one row per tag set, one column per method (as the maps
+    stage stored it, or computed and stored now)."""
+    return tag_alignment.display_frame(tag_alignment.cached_alignment_table(load_run(run_dir, _stamp)))

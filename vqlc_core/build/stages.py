@@ -29,6 +29,7 @@ from vqlc_core.data.models import load_tokenizer
 from vqlc_core.data.store import cap_fit_set, fit_set_rows
 from vqlc_core.data.tags import annotate
 from vqlc_core.evaluate.evaluation import evaluate
+from vqlc_core.evaluate.tag_alignment import cached_alignment_table
 from vqlc_core.evaluate.features import write_top
 from vqlc_core.explain.baseline import class_means, neutral_baseline
 from vqlc_core.explain.explainer import Explainer
@@ -220,6 +221,8 @@ def stage_maps(run, name: str) -> dict:
         write_top(run, m)  # an SAE feature's top-activating contexts (methods with activations only)
     if run.manifest.is_complete("classifier"):
         precompute_example(run)  # Explain and Compare open on it without waiting for the model
+    if run.tags is not None:
+        cached_alignment_table(run)  # Compare's aligned-concept table, from every seed's concepts once
     return {"methods": run.methods_built()}
 
 

@@ -7,7 +7,6 @@ dev accuracy, and the fingerprints a checkpoint is checked against.
 from __future__ import annotations
 
 import hashlib
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -183,52 +182,6 @@ def probe_head(head: nn.Linear, backbone: Backbone, texts: list[str], labels: np
     with torch.no_grad():
         head.weight.copy_(probe.weight)
         head.bias.copy_(probe.bias)
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """How long a fine-tuning run will take, from a few timed steps: seconds per character of
-    train text (a step's cost grows with its batch's text) and per character of dev text."""
-
-    train_s_per_char: float
-    dev_s_per_char: float
-
-    def seconds(self, train_chars: float, dev_chars: float, dev_passes: int) -> float:
-        return self.train_s_per_char * train_chars + self.dev_s_per_char * dev_chars * dev_passes
-
-
-def time_steps(backbone: Backbone, head: nn.Linear, texts: list[str], labels: torch.Tensor, dev_texts: list[str],
-               batches: list[np.ndarray], plan: FinetunePlan, n: int = 3) -> Estimate:
-    """An `Estimate` from `n` forward-backward passes on seeded batches of `batches` (the first,
-    a warm-up, not counted) and one dev forward pass, with no optimizer step: the weights, the
-    optimizer and the caller's random state are left exactly as they were."""
-    rng = np.random.default_rng([plan.seed, 7])
-    picks = [batches[i] for i in rng.choice(len(batches), size=min(n, len(batches)), replace=False)]
-    was_training = backbone.model.training
-    spent = chars = 0.0
-    with torch.random.fork_rng(devices=[]):
-        backbone.model.train()
-        for j, idx in enumerate(picks):
-            t0 = time.perf_counter()
-            enc, _ = backbone.tokenize([texts[i] for i in idx])
-            hidden = backbone.final_states(enc, plan.autocast_dtype)
-            F.cross_entropy(head(backbone.pool(hidden, enc["attention_mask"])), labels[idx]).backward()
-            if j or len(picks) == 1:
-                spent += time.perf_counter() - t0
-                chars += sum(len(texts[i]) for i in idx)
-        for p in [*backbone.model.parameters(), *head.parameters()]:
-            p.grad = None
-        dev_rate = 0.0
-        if dev_texts:
-            batch = dev_texts[: 2 * plan.batch_size]
-            backbone.model.eval()
-            t0 = time.perf_counter()
-            with torch.no_grad():
-                enc, _ = backbone.tokenize(batch)
-                backbone.final_states(enc, plan.autocast_dtype)
-            dev_rate = (time.perf_counter() - t0) / max(sum(len(t) for t in batch), 1)
-    backbone.model.train(was_training)
-    return Estimate(spent / max(chars, 1), dev_rate)
 
 
 def train_step(backbone: Backbone, head: nn.Linear, opt: torch.optim.Optimizer, texts: list[str],

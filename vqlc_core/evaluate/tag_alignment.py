@@ -13,11 +13,14 @@ and "lower" casing does not. Counting aligned concepts per method and tag set co
 
 from __future__ import annotations
 
+import json
+import logging
+
 import numpy as np
 import pandas as pd
 
 from vqlc_core.base.markdown import markdown_table
-from vqlc_core.base.runio import RunError
+from vqlc_core.base.runio import RunError, read_json, write_json
 from vqlc_core.base.stats import N_BOOT, interval
 from vqlc_core.data.tags import TAG_SETS
 from vqlc_core.methods.base import display_name
@@ -29,6 +32,9 @@ MIN_MEMBERS = 5  # tagged train members a concept needs before it can be aligned
 PROFILE_SHARE = 0.1  # tags at least this share of a concept's tagged members form its profile
 MIN_NAME_LIFT = 2.0  # an aligned tag names a concept when it is at least this over-represented
 PROFILE_COLUMNS = ["concept", "tag_set", "tag", "count", "share", "of_members", "unknown", "lift", "aligned"]
+# `alignment_table` as the maps stage (or the first page that needs it) left it in the run
+ALIGNMENT_FILE = "ui/tag_alignment.json"
+log = logging.getLogger(__name__)
 
 
 def tag_label(tag_set: str, tag: str) -> str:
@@ -181,6 +187,35 @@ def alignment_table(run, threshold: float = ALIGN_THRESHOLD) -> pd.DataFrame:
             frames.append(alignment_counts(run.tag_profiles(m, seed, cs, threshold), members))
         per_seed[m] = frames
     return comparison(per_seed, seed=run.cfg.seed)
+
+
+def alignment_key(run, threshold: float = ALIGN_THRESHOLD) -> dict:
+    """What `alignment_table` reads, as JSON: the sealed files (digests) of the texts, store, tags
+    and every built method's seeds, the methods, the seeds and the threshold."""
+    stages, methods = run.manifest.data["stages"], run.methods_built()
+    key = {"files": {s: stages.get(s, {}).get("files") for s in ("texts", "extract", "annotate", *methods)},
+           "methods": methods, "seeds": list(run.cfg.method_seeds), "seed": run.cfg.seed, "threshold": threshold}
+    return json.loads(json.dumps(key))
+
+
+def cached_alignment_table(run, threshold: float = ALIGN_THRESHOLD) -> pd.DataFrame:
+    """`alignment_table`, read from the run's `ALIGNMENT_FILE` when it was computed from the same
+    files and settings (`alignment_key`); otherwise computed and stored there. The `maps` stage
+    stores it, so the Compare page does not load every seed's concepts to show it."""
+    path, key = run.dir / ALIGNMENT_FILE, alignment_key(run, threshold)
+    try:
+        stored = read_json(path) if path.exists() else None
+    except (OSError, ValueError):  # an unreadable copy is only a missed shortcut
+        stored = None
+    if isinstance(stored, dict) and stored.get("key") == key:
+        return pd.DataFrame(stored["table"]["data"], columns=stored["table"]["columns"])
+    table = alignment_table(run, threshold)
+    if len(table):
+        try:
+            write_json(path, {"key": key, "table": table.to_dict(orient="split", index=False)})
+        except OSError:
+            log.warning("vqlc: could not store the alignment table in %s", path, exc_info=True)
+    return table
 
 
 def display_frame(table: pd.DataFrame) -> pd.DataFrame:

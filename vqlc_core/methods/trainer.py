@@ -2,11 +2,13 @@
 module, resume from a checkpoint or prepare a fresh fit, run the epochs over mini-batches
 streamed from the store with a progress bar, checkpoint after every epoch, and save and load
 the module through one path. A method supplies its module (`_build`), its optimiser, how a
-fresh fit starts (`_begin`) and one epoch (`_epoch`)."""
+fresh fit starts (`_begin`) and one epoch (`_epoch`). `on_step` watches a fit as it trains."""
 
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
+from typing import Callable
 
 import numpy as np
 import torch
@@ -14,6 +16,21 @@ from tqdm.auto import tqdm
 
 from vqlc_core.base import checkpoint, distributed
 from vqlc_core.methods.base import ConceptMethod
+
+
+@contextmanager
+def on_step(method: "ModuleMethod", fn: Callable[["ModuleMethod", int], None]):
+    """Inside the block, `method`'s fits call `fn(method, step)` at step 0 (the fresh fit prepared:
+    normalisation and initial codes, nothing trained) and after every optimiser step (VQLC's).
+    The model is in eval mode during the call and the torch RNG state is restored after it, so a
+    hook that only reads the model (predicts, scores) leaves the fit as it would have been; the
+    hook's own time counts in the fit's. bench/time_to_quality.py measures quality against time
+    with it."""
+    method._step_hooks = [*getattr(method, "_step_hooks", []), fn]
+    try:
+        yield method
+    finally:
+        method._step_hooks.remove(fn)
 
 
 class ModuleMethod(ConceptMethod):
@@ -48,6 +65,14 @@ class ModuleMethod(ConceptMethod):
     def _fit_info(self) -> dict:
         return {}
 
+    def _step_done(self, step: int) -> None:
+        """Call the `on_step` hooks after optimiser step `step` (0: the prepared, untrained fit)."""
+        for fn in getattr(self, "_step_hooks", ()):
+            with torch.random.fork_rng(devices=[]):
+                self.model_.eval()
+                fn(self, step)
+            self.model_.train()
+
     # --- the loop -------------------------------------------------------------------------------
     def epochs_for(self, n_rows: int) -> int:
         """Epochs of a fit on n_rows: `epochs` when set, else enough for `min_steps` optimiser
@@ -69,6 +94,7 @@ class ModuleMethod(ConceptMethod):
         if ckpt is None:
             start, self.history_ = 0, []
             self._begin(store, rows)
+            self._step_done(0)
         else:  # a checkpoint that already trained `epochs` is kept as is
             start, self.history_ = ckpt.epoch, ckpt.history
         n = len(rows)

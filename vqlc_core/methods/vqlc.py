@@ -7,6 +7,7 @@ the same model on its slice of each global batch (see `_fit`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -219,8 +220,8 @@ class VQLC(ModuleMethod):
         params = list(model.parameters())
         sums = {"loss": 0.0, "rec": 0.0, "commit": 0.0, "ortho": 0.0}
         counts = torch.zeros(self.n_concepts, dtype=torch.long)
-        replaced = 0
-        for batch in store.iter_batches(self.batch_size, shuffle=True, seed=self.seed + epoch, rows=rows):
+        replaced, first = 0, epoch * math.ceil(n / self.batch_size)  # the global step before this epoch
+        for i, batch in enumerate(store.iter_batches(self.batch_size, shuffle=True, seed=self.seed + epoch, rows=rows)):
             x = distributed.local_slice(batch)  # (B_r, d), this rank's part of the global batch
             out = model(model.normalize(x.to(self.device)))
             opt.zero_grad(set_to_none=True)
@@ -237,6 +238,7 @@ class VQLC(ModuleMethod):
             if bar.n % 10 == 0:
                 bar.set_postfix(loss=f"{float(out.loss.detach()):.4f}", ppl=f"{perplexity_from_counts(cb.cluster_size.cpu()):.0f}",
                                 dead=int((cb.cluster_size < cb.dead_threshold).sum()), refresh=False)
+            self._step_done(first + i + 1)
         totals = torch.tensor(list(sums.values()), dtype=torch.float64, device=self.device)
         counts = counts.to(self.device)
         all_reduce(totals)
