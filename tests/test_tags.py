@@ -5,6 +5,8 @@ the annotate stage, report and Concepts page on the small real run."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -221,3 +223,25 @@ def ta_any():
     from vqlc_ui.tags import ANY
 
     return ANY
+
+
+@pytest.mark.slow
+def test_the_stored_alignment_table_is_reused_only_for_the_same_inputs(apptest_run, tmp_path):
+    from pandas.testing import assert_frame_equal
+
+    from tests.runcopy import linked_copy
+
+    run = linked_copy(apptest_run.dir, tmp_path)
+    fresh = ta.alignment_table(run)
+    first = ta.cached_alignment_table(run)
+    assert (run.dir / ta.ALIGNMENT_FILE).exists()
+    assert_frame_equal(first, fresh)
+    stored = json.loads((run.dir / ta.ALIGNMENT_FILE).read_text())
+    i = stored["table"]["columns"].index("aligned")
+    stored["table"]["data"] = [[*row[:i], -1, *row[i + 1:]] for row in stored["table"]["data"]]  # a marked copy
+    (run.dir / ta.ALIGNMENT_FILE).write_text(json.dumps(stored))
+    assert (ta.cached_alignment_table(run)["aligned"] == -1).all()  # same inputs: read back, not computed
+    assert_frame_equal(ta.cached_alignment_table(run, 0.8), ta.alignment_table(run, 0.8))  # another threshold
+    stored["key"]["files"]["vqlc"] = {"methods/vqlc/assignments.npy": {"sha256": "another build"}}
+    (run.dir / ta.ALIGNMENT_FILE).write_text(json.dumps(stored))
+    assert_frame_equal(ta.cached_alignment_table(run), fresh)  # a rebuilt method: computed again
