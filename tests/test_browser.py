@@ -351,10 +351,11 @@ def test_a_pin_keeps_the_concepts_ablated_together_and_the_case_study_shows_them
 def test_filtering_concepts_by_a_tag_shows_only_concepts_aligned_with_it(page, apptest_run):
     from vqlc_core.evaluate import tag_alignment as ta
 
-    p = apptest_run.tag_profiles("vqlc")
-    label = next(lab for lab in ta.aligned_tag_labels(p) if not lab.startswith("casing"))
+    method, p, label = next((m, p, lab) for m in apptest_run.methods_built()
+                            for p in [apptest_run.tag_profiles(m)]
+                            for lab in ta.aligned_tag_labels(p) if not lab.startswith("casing"))
     want = ta.concepts_aligned_with(p, label)
-    open_page(page, "", "Concepts: vqlc")
+    open_page(page, f"?run=apptest&method={method}", f"Concepts: {method}")
     main = page.locator('[data-testid="stMain"]')
     assert main.get_by_role("button", name="Open", exact=True).count() > len(want)
     page.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"]').filter(has_text="Aligned with tag").click()

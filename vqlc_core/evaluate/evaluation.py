@@ -84,17 +84,21 @@ def faithfulness_sentences(texts, n: int, seed: int = 0) -> list[str]:
     """The test split's texts for the faithfulness table: all of them, or a seeded sample of n in
     text order. (The first n would do for a shuffled corpus, but MR lists one class first: its
     first 200 test sentences are all positive.)"""
-    by_id = dict(zip(texts["text_id"].tolist(), texts["text"].tolist()))
-    return [by_id[t] for t in faithfulness_text_ids(texts, n, seed)]
+    test = texts[texts["split"] == "test"]["text"]
+    return test.iloc[_faithfulness_pick(len(test), n, seed)].tolist()
 
 
 def faithfulness_text_ids(texts, n: int, seed: int = 0) -> list[int]:
     """The text ids of `faithfulness_sentences`, in the same order (its rows' `text_index`)."""
-    test = texts[texts["split"] == "test"]["text_id"].tolist()
-    if n >= len(test):
-        return test
-    pick = np.sort(np.random.default_rng(seed).choice(len(test), size=n, replace=False))
-    return [test[i] for i in pick]
+    test = texts[texts["split"] == "test"]["text_id"]
+    return test.iloc[_faithfulness_pick(len(test), n, seed)].tolist()
+
+
+def _faithfulness_pick(n_test: int, n: int, seed: int) -> np.ndarray:
+    """Positions among the test texts: all of them, or a seeded sample of n in text order."""
+    if n >= n_test:
+        return np.arange(n_test)
+    return np.sort(np.random.default_rng(seed).choice(n_test, size=n, replace=False))
 
 
 def concept_faithfulness(run, method: str) -> pd.Series:
