@@ -84,7 +84,7 @@ class Session(_Typist):
 
         text, marker = self.text(i)
         box = self.page.locator('[data-testid="stTextArea"] textarea')
-        sentence = self.page.locator('[data-testid="stMarkdownContainer"]:has(> p > span[title])')
+        sentence = self.page.locator('[data-testid="stHtml"] .vqlc-sentence')  # `vqlc_ui.colored_sentence`
         await box.fill(text)
         self.sent += 1
         t0 = time.perf_counter()
@@ -139,6 +139,8 @@ class WsSession(_Typist):
                     self.box = el.text_area.id
                 elif what == "markdown":
                     texts.append(re.sub(r"<[^>]+>", "", el.markdown.body))
+                elif what == "html":  # the coloured sentence (`vqlc_ui.colored_sentence`, st.html)
+                    texts.append(re.sub(r"<[^>]+>", "", el.html.body))
                 elif what == "metric":
                     texts.append(f"{el.metric.label}: {el.metric.body}")
             elif kind == "script_finished" and fwd.script_finished != ForwardMsg.FINISHED_EARLY_FOR_RERUN:
