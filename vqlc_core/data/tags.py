@@ -22,6 +22,7 @@ not installed) keeps the tag sets that need no model, and the run says which set
 
 from __future__ import annotations
 
+import bisect
 import logging
 from dataclasses import dataclass, field
 
@@ -127,21 +128,27 @@ def _head(tokens) -> object:
 def spacy_tags(doc, spans: list[tuple[int, int] | None]) -> list[dict[str, str | None]]:
     """The spaCy tags (pos, tag, ner, dep) of each character span of `doc`'s text, and the text of
     the token they come from (see the module doc for a word spaCy splits or merges)."""
-    starts = np.array([t.idx for t in doc], dtype=np.int64)
-    ends = starts + np.array([len(t.text) for t in doc], dtype=np.int64)
+    tokens = list(doc)
+    starts = [t.idx for t in tokens]
+    ends = [t.idx + len(t.text) for t in tokens]
+    has_dep = doc.has_annotation("DEP")
+    none = dict.fromkeys((*SPACY_SETS, "text"))
     out = []
     for span in spans:
-        if span is None or not len(doc):
-            out.append(dict.fromkeys((*SPACY_SETS, "text")))
+        if span is None:
+            out.append(none)
             continue
         s, e = span
-        over = np.flatnonzero((starts < e) & (ends > s))
-        if not len(over):
-            out.append(dict.fromkeys((*SPACY_SETS, "text")))
+        over, i = [], bisect.bisect_right(ends, s)  # from the first token ending after the span starts
+        while i < len(tokens) and starts[i] < e:  # tokens are in text order and do not overlap
+            over.append(tokens[i])
+            i += 1
+        if not over:
+            out.append(none)
             continue
-        t = _head([doc[int(i)] for i in over])
+        t = over[0] if len(over) == 1 else _head(over)
         out.append({"pos": t.pos_ or None, "tag": t.tag_ or None, "ner": t.ent_type_ or None,
-                    "dep": (t.dep_ or None) if doc.has_annotation("DEP") else None, "text": t.text})
+                    "dep": (t.dep_ or None) if has_dep else None, "text": t.text})
     return out
 
 
@@ -185,11 +192,12 @@ def annotate(texts: pd.DataFrame, tokens: pd.DataFrame, class_names: list[str], 
     missing: dict[str, str] = {}
     is_word = (tokens["kind"] == "word").to_numpy()
     words = tokens["word"].astype(str)
+    word_list = words.tolist()  # plain lists: pandas' per-item access would cost more than spaCy
     word_rows = np.flatnonzero(is_word)
     n_words = tokens.loc[is_word].groupby("text_id")["word_index"].transform("max").to_numpy() + 1
     word_index, text_ids, labels = (tokens[c].to_numpy() for c in ("word_index", "text_id", "label"))
     for j, i in enumerate(word_rows):
-        w = words.iat[i]
+        w = word_list[i]
         cols["casing"][i], cols["suffix"][i] = casing(w), suffix(w)
         cols["position"][i] = position(int(word_index[i]), int(n_words[j]))
     names = np.asarray(class_names, dtype=object)
@@ -203,7 +211,7 @@ def annotate(texts: pd.DataFrame, tokens: pd.DataFrame, class_names: list[str], 
         nlp, lexicon = None, None
         why = why_vader = (f"the corpus does not read as English ({share:.0%} of its words are English stop words, "
                            f"English prose has about 40%)")
-    sentiment_of = words.copy()  # the word, or the spaCy token it was tagged from ("won't": "wo", not "won")
+    sentiment_of = list(word_list)  # the word, or the spaCy token it was tagged from ("won't": "wo", not "won")
     if nlp is None:
         missing.update(dict.fromkeys(SPACY_SETS, why))
     else:
@@ -213,16 +221,16 @@ def annotate(texts: pd.DataFrame, tokens: pd.DataFrame, class_names: list[str], 
         docs = nlp.pipe((text_of[t] for t in ids), batch_size=batch_size)
         for tid, doc in tqdm(zip(ids, docs), total=len(ids), desc="annotate", unit="text", disable=not progress):
             rows = word_rows[rows_of[tid]]
-            spans = word_offsets(text_of[tid], [words.iat[i] for i in rows])
+            spans = word_offsets(text_of[tid], [word_list[i] for i in rows])
             for i, tags in zip(rows, spacy_tags(doc, spans)):
                 for s in SPACY_SETS:
                     cols[s][i] = tags[s]
                 if tags["text"] is not None:
-                    sentiment_of.iat[i] = tags["text"]
+                    sentiment_of[i] = tags["text"]
     if lexicon is None:
         missing["sentiment"] = why_vader
     else:
         for i in word_rows:
-            cols["sentiment"][i] = polarity(sentiment_of.iat[i], lexicon)
+            cols["sentiment"][i] = polarity(sentiment_of[i], lexicon)
     table = pd.DataFrame({s: pd.Categorical(v) for s, v in cols.items()})
     return Annotation(table, missing)
