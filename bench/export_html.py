@@ -26,9 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from dashboard_server import ARGS, CHROMIUM  # bench/ is on the path: the script's folder, or pytest's pythonpath
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-from dashboard_server import ARGS, CHROMIUM  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "export_html.json"
 DECODED = """async () => Promise.all([...document.querySelectorAll('.grid .cloud')].map(d => {

@@ -28,16 +28,24 @@ def make_store(n: int, source_run: str, out: Path, seed: int = 0, noise: float =
     """A store of n rows: the real rows of `source_run`, then noisy repeats (relative noise)."""
     import numpy as np
 
-    from vqlc_core.data.store import ActivationStore, ShardWriter, finalize_store
+    from vqlc_core.data.store import ActivationStore
 
     if (out / "store.json").exists():
         return out
     src = ActivationStore(ROOT / "cache" / "runs" / source_run / "store")
-    real = src.read_all()
+    return write_tiled(src.read_all(), n, out, np.random.default_rng(seed), noise)
+
+
+def write_tiled(real, n: int, out: Path, rng, noise: float = 0.01) -> Path:
+    """A float16 store of n rows at `out`: the rows `real`, then noisy repeats of them drawn with
+    `rng` (noise relative to each dimension's spread)."""
+    import numpy as np
+
+    from vqlc_core.data.store import ShardWriter, finalize_store
+
     scale = real.std(0, keepdims=True) * noise
-    rng = np.random.default_rng(seed)
     out.mkdir(parents=True, exist_ok=True)
-    w = ShardWriter(out, src.dim, 65536)
+    w = ShardWriter(out, real.shape[1], 65536)
     done = 0
     while done < n:
         take = min(len(real), n - done)
@@ -47,7 +55,7 @@ def make_store(n: int, source_run: str, out: Path, seed: int = 0, noise: float =
         w.append(block)
         done += take
     w.close()
-    finalize_store(out, {"n_rows": n, "dim": src.dim, "shard_rows": 65536, "dtype": "float16",
+    finalize_store(out, {"n_rows": n, "dim": real.shape[1], "shard_rows": 65536, "dtype": "float16",
                          "shards": [ShardWriter.shard_name(i) for i in range(w.n_shards)]})
     return out
 

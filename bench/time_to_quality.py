@@ -46,6 +46,8 @@ from pathlib import Path
 
 import numpy as np
 
+from scale import peak_rss_mb, write_tiled  # bench/ is on the path: the script's folder, or pytest's pythonpath
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 METHODS = ("vqlc", "minibatch", "faiss", "faiss-all", "kmeans")
@@ -65,7 +67,7 @@ def make_fit_store(n: int, source_run: str = "default", seed: int = 0, noise: fl
     """cache/bench/ttq-<run>-<n>: n train rows of `source_run` as a float16 store: a seeded sample
     when n is below the run's train rows, else all of them followed by noisy repeats (relative
     noise, as bench/scale.py's `make_store`, but of train rows only, so dev rows stay held out)."""
-    from vqlc_core.data.store import ActivationStore, ShardWriter, finalize_store
+    from vqlc_core.data.store import ActivationStore
 
     out = ROOT / "cache" / "bench" / f"ttq-{source_run}-{n}"
     if (out / "store.json").exists():
@@ -77,21 +79,7 @@ def make_fit_store(n: int, source_run: str = "default", seed: int = 0, noise: fl
         real = src.read(np.sort(rng.choice(train, size=n, replace=False)))
     else:
         real = src.read(train)
-    scale = real.std(0, keepdims=True) * noise
-    out.mkdir(parents=True, exist_ok=True)
-    w = ShardWriter(out, src.dim, 65536)
-    done = 0
-    while done < n:
-        take = min(len(real), n - done)
-        block = real[:take] if done < len(real) else real[rng.integers(0, len(real), take)]
-        if done >= len(real):
-            block = block + rng.standard_normal(block.shape).astype(np.float32) * scale
-        w.append(block)
-        done += take
-    w.close()
-    finalize_store(out, {"n_rows": n, "dim": src.dim, "shard_rows": 65536, "dtype": "float16",
-                         "shards": [ShardWriter.shard_name(i) for i in range(w.n_shards)]})
-    return out
+    return write_tiled(real, n, out, rng, noise)
 
 
 def dev_rows(source_run: str = "default") -> np.ndarray:
@@ -110,19 +98,6 @@ def _reset_peak() -> None:
         Path("/proc/self/clear_refs").write_text("5")
     except OSError:
         pass
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident set (VmHWM) since the last `_reset_peak`, in MB."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def one_thread() -> None:

@@ -30,6 +30,28 @@ def blobs(n_per: int = 100, k: int = 6, dim: int = 32, spread: float = 0.3, seed
     return X[perm].astype(np.float32), y[perm]
 
 
+def write_vocab_gguf(path: Path, pieces: list[str], scores: list[float], types: list[int], **meta) -> Path:
+    """A GGUF file as llama.cpp writes a llama-architecture model's SentencePiece vocabulary
+    (<unk> 0, <s> 1, </s> 2), with no weights; `meta` adds e.g. name= or block_count=."""
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    for key, value in meta.items():
+        getattr(writer, f"add_{key}")(value)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(pieces)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_unk_token_id(0)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
 def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 300) -> tuple[int, str, str]:
     """`python -m vqlc_core *args` offline in a fresh process: (exit status, stdout, stderr)."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}

@@ -15,7 +15,7 @@ import zipfile
 import pytest
 from tokenizers import Regex, pre_tokenizers
 
-from tests.conftest import CACHE
+from tests.conftest import CACHE, write_vocab_gguf
 from vqlc_core.data.alignment import (MAX_RATIO, MIN_RATIO, Aligner, alignment_ratio, check_alignment, reference_words,
                                  tokenizer_family)
 from vqlc_core.data.backbone import Backbone
@@ -78,24 +78,12 @@ def mistral():
 def mistral_gguf(tmp_path_factory):
     """The same vocabulary written into a GGUF file as llama.cpp writes Mistral's (architecture
     llama, tokenizer llama), and the tokenizer transformers builds from it."""
-    import gguf
     from transformers import AutoTokenizer
 
     pieces = _mistral_pieces()
     path = tmp_path_factory.mktemp("gguf") / "mistral-vocab.gguf"
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_name("mistral-7b-v0.1 vocabulary")
-    writer.add_tokenizer_model("llama")
-    writer.add_token_list([p.piece for p in pieces])
-    writer.add_token_scores([p.score for p in pieces])
-    writer.add_token_types([p.type for p in pieces])
-    writer.add_bos_token_id(1)
-    writer.add_eos_token_id(2)
-    writer.add_unk_token_id(0)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_vocab_gguf(path, [p.piece for p in pieces], [p.score for p in pieces], [p.type for p in pieces],
+                     name="mistral-7b-v0.1 vocabulary")
     return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
 
 

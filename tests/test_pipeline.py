@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import CACHE
+from tests.conftest import CACHE, write_vocab_gguf
 from vqlc_core.base.runio import RunError
 from vqlc_core.build.config import preset
 from vqlc_core.build.pipeline import build
@@ -30,22 +30,7 @@ def _cache(tmp_path):
 def _gguf_reading_no_word(path):
     """A GGUF file of a llama model whose SentencePiece vocabulary knows no character, so its
     tokenizer reads no word of any text; it holds no weights, as none should ever be loaded."""
-    import gguf
-
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_block_count(1)
-    writer.add_tokenizer_model("llama")
-    writer.add_token_list(["<unk>", "<s>", "</s>"])
-    writer.add_token_scores([0.0, 0.0, 0.0])
-    writer.add_token_types([2, 3, 3])
-    writer.add_bos_token_id(1)
-    writer.add_eos_token_id(2)
-    writer.add_unk_token_id(0)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    return write_vocab_gguf(path, ["<unk>", "<s>", "</s>"], [0.0, 0.0, 0.0], [2, 3, 3], block_count=1)
 
 
 def _minilm_merging_words(folder):

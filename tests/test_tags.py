@@ -13,7 +13,8 @@ import pytest
 
 from tests.conftest import run_cli
 from vqlc_core.base.runio import RunError
-from vqlc_core.data.tags import annotate, casing, polarity, position, suffix, word_offsets
+from vqlc_core.data.corpus import word_spans
+from vqlc_core.data.tags import annotate, casing, polarity, position, suffix
 from vqlc_core.evaluate import tag_alignment as ta
 
 HAND = ["Mr. Smith didn't pay $5,000 for the well-known film in New York.",
@@ -109,11 +110,11 @@ def test_word_level_tags():
     assert [polarity(w, lex) for w in ("Great", "bad", "okay", "film")] == ["positive", "negative", "neutral", None]
 
 
-def test_word_offsets_follow_the_text_in_order():
+def test_store_words_are_found_in_their_text_in_order():
     text = "the cat saw the other cat"
-    assert word_offsets(text, ["the", "cat", "saw", "the", "other", "cat"]) == \
+    assert word_spans(text, ["the", "cat", "saw", "the", "other", "cat"]) == \
         [(0, 3), (4, 7), (8, 11), (12, 15), (16, 21), (22, 25)]
-    assert word_offsets("a b", ["a", "zzz", "b"]) == [(0, 1), None, (2, 3)]
+    assert word_spans("a b", ["a", "zzz", "b"]) == [(0, 1), None, (2, 3)]
 
 
 def test_a_corpus_in_another_language_keeps_the_word_tag_sets(minilm):
@@ -245,3 +246,13 @@ def test_the_stored_alignment_table_is_reused_only_for_the_same_inputs(apptest_r
     stored["key"]["files"]["vqlc"] = {"methods/vqlc/assignments.npy": {"sha256": "another build"}}
     (run.dir / ta.ALIGNMENT_FILE).write_text(json.dumps(stored))
     assert_frame_equal(ta.cached_alignment_table(run), fresh)  # a rebuilt method: computed again
+
+
+def test_card_lines_give_every_concepts_top_tags_in_one_pass():
+    rng = np.random.default_rng(0)
+    tags = pd.DataFrame({"pos": pd.Categorical(rng.choice(["ADJ", "NOUN", "VERB"], 600, p=[0.6, 0.3, 0.1])),
+                         "casing": pd.Categorical(rng.choice(["lower", "Title"], 600, p=[0.9, 0.1]))})
+    assign = rng.integers(0, 6, 600)
+    p = ta.concept_profiles(assign, 6, tags, np.arange(600))
+    lines = ta.card_lines(p)
+    assert lines and lines == {k: line for k in range(6) if (line := ta.tags_line(ta.top_tags(p, k)))}

@@ -35,10 +35,9 @@ def profiles(run_dir: str, _stamp: int, method: str) -> pd.DataFrame | None:
 
 @st.cache_resource(show_spinner=False, max_entries=16)
 def tag_index(run_dir: str, _stamp: int, method: str) -> dict | None:
-    """The method's profiles (shared by every session, read only) with what the pages look up in
-    them, found once: each concept's rows (`rows`: positions, in the profiles' order), its card's
-    line once drawn (`lines`) and, for each aligned tag in `aligned_tag_labels` order, the concepts
-    aligned with it. None without tags."""
+    """The method's profiles (shared by every session, read only), every concept's card line
+    (`lines`) and, for each aligned tag in `aligned_tag_labels` order, the concepts aligned with
+    it, found once. None without tags."""
     p = profiles(run_dir, _stamp, method)
     if p is None:
         return None
@@ -46,20 +45,14 @@ def tag_index(run_dir: str, _stamp: int, method: str) -> dict | None:
     with_label: dict[str, set[int]] = {}
     for k, s, t in zip(al["concept"], al["tag_set"], al["tag"]):
         with_label.setdefault(tag_alignment.tag_label(s, t), set()).add(int(k))
-    return {"profiles": p, "rows": p.groupby("concept").indices, "lines": {},
+    return {"profiles": p, "lines": tag_alignment.card_lines(p),
             "aligned": {lab: sorted(with_label[lab]) for lab in tag_alignment.aligned_tag_labels(p)}}
 
 
 def card_line(run_dir: str, stamp: int, method: str, k: int) -> str:
-    """Concept k's strongest tags as one line (`tag_alignment.top_tags`), '' for none."""
+    """Concept k's strongest tags as one line (`tag_alignment.card_lines`), '' for none."""
     index = tag_index(run_dir, stamp, method)
-    rows = index["rows"].get(int(k)) if index is not None else None
-    if rows is None:
-        return ""
-    if int(k) not in index["lines"]:  # once per concept, not on every rerun of every session
-        # its own rows in the profiles' order give the same top tags as the whole profiles
-        index["lines"][int(k)] = tag_alignment.tags_line(tag_alignment.top_tags(index["profiles"].iloc[rows], int(k)))
-    return index["lines"][int(k)]
+    return index["lines"].get(int(k), "") if index is not None else ""
 
 
 @st.cache_data(show_spinner=False, max_entries=16)

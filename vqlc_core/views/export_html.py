@@ -138,7 +138,7 @@ def _facts(row) -> str:
 
 def card_html(cs, k: int, has_cloud: bool, sentences: list[str], tags: str = "") -> str:
     """A grid card: the cloud (or sentences, or words), the label, the size and the strongest
-    linguistic tags (`tag_alignment.tags_line`); it links to the concept's section."""
+    linguistic tags (`tag_alignment.card_lines`); it links to the concept's section."""
     row = cs.summary.loc[k]
     if sentences:
         picture = "<div class=sentences>" + "".join(f"<p>{_e(t)}</p>" for t in sentences[:3]) + "</div>"
@@ -191,11 +191,10 @@ def render(run, method: str | None = None, concepts=None, progress: Progress | N
     ids = choose_concepts(cs, run.dir.name, concepts)
     texts, seed = run.texts, int(run.cfg.seed)
     styles, cards, sections = [], [], []
-    profiles = run.tag_profiles(method, cs=cs) if run.tags is not None else None
-    profile_of = dict(tuple(profiles.groupby("concept"))) if profiles is not None else {}  # one lookup each
+    lines = tag_alignment.card_lines(run.tag_profiles(method, cs=cs)) if run.tags is not None else {}
     contexts_of = all_member_contexts(texts, run.store.tokens, cs.assignments, ids, n=N_CONTEXTS, seed=seed)
     for done, k in enumerate(ids, 1):
-        tags = tag_alignment.tags_line(tag_alignment.top_tags(profile_of[k], k)) if k in profile_of else ""
+        tags = lines.get(k, "")
         row = cs.summary.loc[k]
         by_sentence = is_prediction_concept(row)  # shown by its sentences, as on the dashboard
         sentences = prediction_examples(texts, row)
