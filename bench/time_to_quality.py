@@ -12,7 +12,8 @@ bench/scale.py makes its stores), written as a float16 store on disk; the dev ro
 dev rows. Methods, one thread each:
 
 - vqlc: the package's VQLC with its default options, evaluated through the trainer's `on_step`
-  hook at step 0 (initialised, untrained) and on a geometric grid of steps up to its last.
+  hook at step 0 (initialised, untrained) and on a geometric grid of steps up to its most,
+  and at the step where it stopped by convergence.
 - minibatch: scikit-learn MiniBatchKMeans streamed with `partial_fit` over shuffled store
   batches of 4,096 rows (as the package's streamed K-Means), for at least 150 batches, evaluated
   on a geometric grid of batches.
@@ -173,6 +174,9 @@ def curve_vqlc(store, dev, k, seed) -> list[dict]:
     clock = Clock(store, dev, k)
     with on_step(est, lambda m, step: clock.point(step, m.predict) if step in grid else None):
         est.fit(store)
+    trained = sum(h["steps"] for h in est.history_)
+    if clock.points[-1]["at"] != trained:  # it stopped by convergence between grid points
+        clock.point(trained, est.predict)
     return clock.points
 
 

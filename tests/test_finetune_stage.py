@@ -93,3 +93,25 @@ def test_fine_tuning_hyperparameters_of_a_frozen_run_do_not_lock_it(frozen):
     assert Run(frozen.dir).manifest.data["stages"]["finetune"]["mode"] == "none"
     with pytest.raises(RunError, match=r"built with --finetune none, not full"):  # the mode itself still counts
         build(cfg.replace(finetune="full", finetune_dtype=other), stages=["texts", "finetune"])
+
+
+def test_auto_precision_takes_what_a_finished_stage_was_built_with(apptest_run):
+    from vqlc_core.build.pipeline import check_settings
+    from vqlc_core.data.finetune import FinetuneConfig
+
+    run = apptest_run
+    built = run.manifest.data["stages"]["finetune"]["settings"]["finetune_dtype"]
+    cfg = run.rebuild_config()
+    check_settings(run, cfg.replace(finetune_dtype="auto"), ["finetune"])  # the default: whatever suits the machine
+    other = "float32" if built != "float32" else "bfloat16"
+    with pytest.raises(RunError, match=rf"built with --finetune-dtype {built}, not {other}; pass --rebuild finetune"):
+        check_settings(run, cfg.replace(finetune_dtype=other), ["finetune"])
+    # "auto" resolves to a precision before training, and finetune.json records which
+    from vqlc_core.base.hardware import native_bf16
+
+    assert FinetuneConfig().plan("full", 0).dtype == ("bfloat16" if native_bf16() else "float32")
+    assert FinetuneConfig(finetune_dtype="bfloat16").plan("full", 0).dtype == "bfloat16"
+    import json
+
+    recorded = json.loads((run.dir / "finetune" / "finetune.json").read_text())["config"]["dtype"]
+    assert recorded == (built if built != "auto" else FinetuneConfig().plan("full", 0).dtype)

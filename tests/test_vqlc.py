@@ -262,3 +262,48 @@ def test_a_step_hook_sees_every_step_and_leaves_the_fit_unchanged(fitted, store)
     assert np.array_equal(seen[-1][2], est.predict(X))
     assert torch.equal(est.model_.codebook.embed, fitted.model_.codebook.embed)  # as a fit without the hook
     assert est._step_hooks == []  # the hook is gone after the block
+
+
+# Epochs left to the fit: it stops once its concepts of a probe of fit rows stop changing.
+CONVERGE = {**SMALL, "epochs": None, "n_concepts": 16, "min_steps": 600, "check_every": 5}
+
+
+def _steps(est) -> int:
+    return sum(h["steps"] for h in est.history_)
+
+
+def test_a_fit_stops_once_its_concepts_stop_changing(store):
+    est = VQLC(**CONVERGE).fit(store)
+    per_epoch = -(-store.n_rows // CONVERGE["batch_size"])
+    cap = est.epochs_for(store.n_rows) * per_epoch
+    assert est.history_[-1]["converged"] and per_epoch < _steps(est) < cap / 4
+    step, changed = est.changes_[-1]
+    assert step == _steps(est) and step % CONVERGE["check_every"] == 0 and changed < est.stop_tol
+    assert all(c >= est.stop_tol for _, c in est.changes_[:-1])  # it stops at the first quiet check
+    assert est.history_[-1]["changed"] == changed
+    # with stop_tol 0 it trains to the cap; with epochs set, every step of them (the probe only watches)
+    assert _steps(VQLC(**{**CONVERGE, "stop_tol": 0.0}).fit(store)) == cap
+    watched = VQLC(**{**CONVERGE, "epochs": 3}).fit(store)
+    plain = VQLC(**{**CONVERGE, "epochs": 3, "stop_tol": 0.0}).fit(store)
+    assert _steps(watched) == 3 * per_epoch and watched.changes_ and not plain.changes_
+    for a, b in zip(watched.model_.state_dict().values(), plain.model_.state_dict().values()):
+        assert torch.equal(a, b)
+
+
+def test_a_killed_converging_fit_resumes_to_the_same_stop(store, tmp_path):
+    whole = VQLC(**CONVERGE).fit(store)
+    assert len(whole.history_) > 1  # it converges after the epoch the kill ends
+    VQLC(**{**CONVERGE, "epochs": 1}, checkpoint_dir=str(tmp_path)).fit(store)  # killed after epoch 1
+    resumed = VQLC(**CONVERGE, checkpoint_dir=str(tmp_path)).fit(store)
+    assert resumed.history_ == whole.history_
+    for a, b in zip(resumed.model_.state_dict().values(), whole.model_.state_dict().values()):
+        assert torch.equal(a, b)
+    again = VQLC(**CONVERGE, checkpoint_dir=str(tmp_path)).fit(store)  # a converged checkpoint is kept as it is
+    assert again.history_ == whole.history_ and np.array_equal(again.codebook_, whole.codebook_)
+
+
+def test_a_negative_stop_tolerance_or_check_interval_is_refused(store):
+    with pytest.raises(RunError, match="stop_tol"):
+        VQLC(**{**CONVERGE, "stop_tol": -0.1}).fit(store)
+    with pytest.raises(RunError, match="check_every"):
+        VQLC(**{**CONVERGE, "check_every": 0}).fit(store)

@@ -18,6 +18,7 @@ from typing import Callable
 from vqlc_core.base import distributed
 from vqlc_core.build.config import BuildConfig, flag_of
 from vqlc_core.build.run import Manifest, Run
+from vqlc_core.base.hardware import AUTO
 from vqlc_core.base.runio import RunError, check_run_name
 from vqlc_core.build.stages import stage_names, stage_order, stage_reads
 
@@ -32,7 +33,10 @@ def _show(value) -> str:
 
 def _irrelevant(stage: str, key: str, entry: dict, flat: dict) -> bool:
     """Whether a changed setting cannot change a finished stage's output: the fine-tuning
-    hyperparameters of a stage that fine-tuned nothing (mode none) and still will not."""
+    hyperparameters of a stage that fine-tuned nothing (mode none) and still will not; or a
+    setting now "auto" (whatever suits this machine), which takes what the stage was built with."""
+    if flat.get(key) == AUTO:
+        return True
     return (stage == "finetune" and key.startswith("finetune_") and entry.get("mode") == "none"
             and entry.get("settings", {}).get("finetune") == flat.get("finetune"))
 

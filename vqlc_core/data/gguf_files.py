@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from vqlc_core.base.hardware import native_bf16
 from vqlc_core.base.runio import RunError, SourceError, atomic_path, read_json, write_json
 from vqlc_core.data.downloads import pip_download
 
@@ -42,9 +43,7 @@ def conversion_dtype() -> torch.dtype:
     halves the copy on disk (SmolLM2: 269 MB instead of 538 MB); on such CPUs decoders run under
     bf16 autocast, which rounds every matmul's weights to bf16 anyway. Where bf16 is emulated, runs
     compute in fp32 and a bf16 copy would be a rounding of its own, so the copy stays fp32."""
-    native = getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)() or \
-        getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
-    return torch.bfloat16 if native else torch.float32
+    return torch.bfloat16 if native_bf16() else torch.float32
 
 
 def _dtype_name(dtype: torch.dtype) -> str:

@@ -2,7 +2,12 @@
 module, resume from a checkpoint or prepare a fresh fit, run the epochs over mini-batches
 streamed from the store with a progress bar, checkpoint after every epoch, and save and load
 the module through one path. A method supplies its module (`_build`), its optimiser, how a
-fresh fit starts (`_begin`) and one epoch (`_epoch`). `on_step` watches a fit as it trains."""
+fresh fit starts (`_begin`) and one epoch (`_epoch`). `on_step` watches a fit as it trains.
+
+A method with `stop_tol` > 0 stops by convergence: every `check_every` optimiser steps its
+concepts of a fixed seeded probe of the fit rows (`PROBE_ROWS`) are compared with those of the
+previous check, and the fit ends, mid-epoch if so, once fewer than `stop_tol` of them changed;
+the epochs `epochs_for` gives are then the most it trains. With `epochs` set, every step trains."""
 
 from __future__ import annotations
 
@@ -16,6 +21,8 @@ from tqdm.auto import tqdm
 
 from vqlc_core.base import checkpoint, distributed
 from vqlc_core.methods.base import ConceptMethod
+
+PROBE_ROWS = 2048  # fit rows whose concepts are compared between convergence checks
 
 
 @contextmanager
@@ -44,6 +51,8 @@ class ModuleMethod(ConceptMethod):
     batch_size: int
     checkpoint_dir: str | None
     progress: bool
+    stop_tol: float = 0.0  # 0: train every step of every epoch
+    check_every: int = 40
 
     # --- what a method supplies ---------------------------------------------------------------
     def _build(self, dim: int):
@@ -73,10 +82,37 @@ class ModuleMethod(ConceptMethod):
                 fn(self, step)
             self.model_.train()
 
+    def _prepare_probe(self, store, rows: np.ndarray, codes: torch.Tensor | None) -> None:
+        """The convergence probe: a seeded sample of the fit rows and their concepts at the last
+        check (`codes`, from a checkpoint, or None on a fresh fit)."""
+        self._probe, self._probe_codes, self.changes_ = None, codes, []
+        if self.stop_tol > 0:  # measured with `epochs` set too (a fit killed at an epoch resumes alike)
+            pick = np.random.default_rng([self.seed, len(rows)]).choice(rows, min(PROBE_ROWS, len(rows)), replace=False)
+            self._probe = store.read(np.sort(pick))
+
+    def _after_step(self, step: int) -> bool:
+        """Call the `on_step` hooks after optimiser step `step`; at every `check_every`-th step
+        with a probe, whether the fit has converged (rank 0 decides, every rank follows)."""
+        self._step_done(step)
+        if self._probe is None or step % self.check_every:
+            return False
+        with torch.random.fork_rng(devices=[]):
+            codes = torch.as_tensor(self.predict(self._probe))
+        self.model_.train()
+        prev, self._probe_codes = self._probe_codes, codes
+        if prev is None:
+            return False
+        changed = float((codes != prev).double().mean())
+        self.changes_.append((step, changed))
+        stop = torch.tensor([float(changed < self.stop_tol and self.epochs is None)])
+        distributed.collectives().broadcast(stop)
+        return bool(stop.item())
+
     # --- the loop -------------------------------------------------------------------------------
     def epochs_for(self, n_rows: int) -> int:
         """Epochs of a fit on n_rows: `epochs` when set, else enough for `min_steps` optimiser
-        steps (at most 100; at a million rows one pass is plenty)."""
+        steps (at most 100; at a million rows one pass is plenty); with `stop_tol` the most it
+        trains."""
         if self.epochs is not None:
             return int(self.epochs)
         return max(1, min(100, math.ceil(self.min_steps * self.batch_size / max(n_rows, 1))))
@@ -94,11 +130,15 @@ class ModuleMethod(ConceptMethod):
         if ckpt is None:
             start, self.history_ = 0, []
             self._begin(store, rows)
+            self._prepare_probe(store, rows, None)
             self._step_done(0)
-        else:  # a checkpoint that already trained `epochs` is kept as is
+        else:  # a checkpoint that already trained `epochs`, or converged, is kept as is
             start, self.history_ = ckpt.epoch, ckpt.history
+            self._prepare_probe(store, rows, ckpt.tensors.get("probe_codes"))
         n = len(rows)
         self.n_epochs_ = self.epochs_for(n)
+        if self.history_ and self.history_[-1].get("converged"):
+            start = self.n_epochs_
         steps = math.ceil(n / self.batch_size)
         bar = tqdm(total=self.n_epochs_ * steps, initial=min(start, self.n_epochs_) * steps, desc=self.name,
                    disable=None if self.progress and distributed.is_main() else True, unit="step")
@@ -106,7 +146,10 @@ class ModuleMethod(ConceptMethod):
             self.model_.train()
             self.history_.append({"epoch": epoch + 1, **self._epoch(store, rows, opt, epoch, bar)})
             if self.checkpoint_dir and distributed.is_main():  # every rank holds the same model
-                checkpoint.save(self.checkpoint_dir, self.model_, opt, epoch + 1, self.history_, params)
+                probe = {} if self._probe_codes is None else {"probe_codes": self._probe_codes}
+                checkpoint.save(self.checkpoint_dir, self.model_, opt, epoch + 1, self.history_, params, tensors=probe)
+            if self.history_[-1].get("converged"):
+                break
         bar.close()
         self.model_.eval()
         return self._fit_info()

@@ -32,8 +32,10 @@ from vqlc_core.methods.vq import INITS, RESEEDS, VQModel, init_codes
 # mean-pooled prediction rows in the dense centre share one or two codes, and largest-error
 # re-seeding only ever adds codes further out.
 VARIANTS: dict[str, dict] = {
-    "paper": {"init": "farthest_first", "reseed": "largest_error", "normalize": "center_rms", "ortho_weight": 0.0},
-    "default": {"init": "kmeans++", "reseed": "random", "normalize": "center_row", "ortho_weight": 0.0},
+    "paper": {"init": "farthest_first", "reseed": "largest_error", "normalize": "center_rms", "ortho_weight": 0.0,
+              "stop_tol": 0.0},
+    "default": {"init": "kmeans++", "reseed": "random", "normalize": "center_row", "ortho_weight": 0.0,
+                "stop_tol": 0.01},
 }
 
 BETA = 0.25  # the commitment weight, as in VQ-VAE and the paper
@@ -44,7 +46,8 @@ class VQLCOptions:
     """VQLC's build options (`vqlc_<field>` in the build's settings)."""
 
     beta: float = opt(BETA, "VQLC commitment weight beta", flag="--beta")
-    epochs: int | None = opt(None, "VQLC training epochs (default: enough for 1,000 steps)", flag="--epochs")
+    epochs: int | None = opt(None, "VQLC training epochs, every step trained (default: until under 1 in 100 of "
+                                         "a probe of fit rows change concept in 40 steps, at most 1,000 steps)", flag="--epochs")
     fit_on: str = opt("fitset", "VQLC trains on the shared fit set or on all train rows", flag="--fit-on",
                       choices=("fitset", "all"))
     variant: str = opt("default", "VQLC's settings: default (k-means++ initialisation, dead codes re-seeded from "
@@ -64,20 +67,15 @@ class VQLC(ModuleMethod):
 
     beta: weight of the commitment loss. decay, eps: EMA decay and Laplace smoothing of counts.
     ortho_weight: weight λ of the penalty λ·||PᵀP - I||²_F / d that keeps the encoder's
-        projection P near an isometry of the model's space (0 turns it off, as in the paper).
-        Off, P stretches during training (singular values 0.04 to 2.9 on the default store, mean
-        ||z||²/d 3.6 against 1.0 for the states, a commitment loss that rises every epoch) and
-        codes are assigned in a distorted space. A weight of 4 keeps them within 0.96 to 1.20
-        (||z||²/d 1.27, commitment falling) at a dev R² of 0.374 against 0.388 off (3 seeds);
-        0.4 leaves a stretch of 1.5, 40 and a frozen P = I do no better (bench/vqlc_fidelity.py).
-        The default is 0: with k-means++ initialisation and row normalisation the penalty made
-        prediction concepts no more faithful (against their energy-matched controls +0.051
-        [0.031, 0.071] with it, +0.061 [0.041, 0.082] without, 3 seeds) and cost 30% more fit
-        time (bench/vqlc_settings.py).
+        projection P near an isometry of the model's space (0, the default, turns it off, as in
+        the paper): with k-means++ initialisation and row normalisation it made prediction
+        concepts no more faithful and cost 30% more fit time (bench/vqlc_settings.py,
+        bench/vqlc_fidelity.py).
     dead_threshold: a code is re-seeded when its EMA count falls below this fraction of its
         share under uniform use (batch_size / n_concepts); it restarts at that share.
     hidden: width of the encoder's and decoder's non-linear branch.
-    init_sample: at most this many rows seed the codebook.
+    init_sample: at most this many rows seed the codebook (k-means++ costs time in proportion:
+        10,000 rows took 3.4 s and 20,000 16.4 s on a loaded machine, dev R² 0.4559 and 0.4544).
     init: 'farthest_first' (the paper's traversal over the deduplicated encodings) or 'kmeans++'
         (D² sampling, which also seeds dense regions).
     reseed: where dead codes restart: 'largest_error' (the paper's rule) or 'random' batch rows.
@@ -89,6 +87,10 @@ class VQLC(ModuleMethod):
         transform / predict apply them, so callers pass raw store rows.
     epochs: passes over the fit rows; None (default) picks enough for `min_steps` optimiser
         steps, so small fit sets train long enough and large stores take one pass.
+    stop_tol, check_every: stop once fewer than `stop_tol` of a probe of 2,048 fit rows change
+        concept between two checks `check_every` steps apart (0, or `epochs` set: train every step);
+        see `trainer`. On the default run's 10,000 fit rows the share falls below 0.01 after about
+        400 steps, where dev R² by concept vector is within 0.006 of 1,040 steps'.
     checkpoint_dir: when set, a checkpoint is written after every epoch and fit resumes from it.
     """
 
@@ -99,28 +101,16 @@ class VQLC(ModuleMethod):
 
     def __init__(self, n_concepts: int = N_CONCEPTS, beta: float = BETA, ortho_weight: float = 0.0, decay: float = 0.99,
                  eps: float = 1e-5, dead_threshold: float = 0.05, epochs: int | None = None, batch_size: int = 256,
-                 lr: float = 1e-3, hidden: int = 256, init_sample: int = 20000, normalize: str = "center_row",
+                 lr: float = 1e-3, hidden: int = 256, init_sample: int = 10000, normalize: str = "center_row",
                  seed: int = 0, checkpoint_dir: str | None = None, device: str = "cpu", progress: bool = True,
-                 min_steps: int = 1000, init: str = "kmeans++", reseed: str = "random"):
-        self.n_concepts = n_concepts
-        self.init = init
-        self.reseed = reseed
-        self.beta = beta
-        self.ortho_weight = ortho_weight
-        self.decay = decay
-        self.eps = eps
-        self.dead_threshold = dead_threshold
-        self.epochs = epochs
-        self.batch_size = batch_size
-        self.lr = lr
-        self.hidden = hidden
-        self.init_sample = init_sample
-        self.normalize = normalize
-        self.seed = seed
-        self.checkpoint_dir = checkpoint_dir
-        self.device = device
-        self.progress = progress
-        self.min_steps = min_steps
+                 min_steps: int = 1000, init: str = "kmeans++", reseed: str = "random", stop_tol: float = 0.01,
+                 check_every: int = 40):
+        self.n_concepts, self.init, self.reseed, self.normalize = n_concepts, init, reseed, normalize
+        self.beta, self.ortho_weight, self.decay, self.eps = beta, ortho_weight, decay, eps
+        self.dead_threshold, self.hidden, self.init_sample = dead_threshold, hidden, init_sample
+        self.epochs, self.batch_size, self.lr, self.min_steps = epochs, batch_size, lr, min_steps
+        self.stop_tol, self.check_every = stop_tol, check_every
+        self.seed, self.checkpoint_dir, self.device, self.progress = seed, checkpoint_dir, device, progress
 
     # ---- construction and parameters ----------------------------------------------------
 
@@ -142,9 +132,10 @@ class VQLC(ModuleMethod):
         for key, allowed in (("normalize", NORMALIZE), ("init", INITS), ("reseed", RESEEDS)):
             one_of(self, key, allowed)
         at_least(self, "ortho_weight", 0)
+        at_least(self, "stop_tol", 0)
         if not 0.0 <= self.decay < 1.0:
             raise RunError(f"decay must lie in [0, 1), got {self.decay}.")
-        for key in ("n_concepts", "min_steps", "batch_size", "hidden", "init_sample"):
+        for key in ("n_concepts", "min_steps", "batch_size", "hidden", "init_sample", "check_every"):
             at_least(self, key, 1)
 
     # ---- building blocks --------------------------------------------------------------
@@ -221,6 +212,7 @@ class VQLC(ModuleMethod):
         sums = {"loss": 0.0, "rec": 0.0, "commit": 0.0, "ortho": 0.0}
         counts = torch.zeros(self.n_concepts, dtype=torch.long)
         replaced, first = 0, epoch * math.ceil(n / self.batch_size)  # the global step before this epoch
+        converged = False
         for i, batch in enumerate(store.iter_batches(self.batch_size, shuffle=True, seed=self.seed + epoch, rows=rows)):
             x = distributed.local_slice(batch)  # (B_r, d), this rank's part of the global batch
             out = model(model.normalize(x.to(self.device)))
@@ -238,14 +230,19 @@ class VQLC(ModuleMethod):
             if bar.n % 10 == 0:
                 bar.set_postfix(loss=f"{float(out.loss.detach()):.4f}", ppl=f"{perplexity_from_counts(cb.cluster_size.cpu()):.0f}",
                                 dead=int((cb.cluster_size < cb.dead_threshold).sum()), refresh=False)
-            self._step_done(first + i + 1)
+            if self._after_step(first + i + 1):
+                converged = True
+                break
         totals = torch.tensor(list(sums.values()), dtype=torch.float64, device=self.device)
         counts = counts.to(self.device)
         all_reduce(totals)
         all_reduce(counts)
         sums, counts = dict(zip(sums, totals.tolist())), counts.cpu()
-        return {**{k: v / n for k, v in sums.items()}, "perplexity": perplexity_from_counts(counts),
-                "dead_codes": int((counts == 0).sum()), "replaced": replaced}
+        seen = int(counts.sum()) or 1
+        return {**{k: v / seen for k, v in sums.items()}, "perplexity": perplexity_from_counts(counts),
+                "dead_codes": int((counts == 0).sum()), "replaced": replaced, "steps": i + 1,
+                **({"changed": self.changes_[-1][1]} if self.changes_ else {}),
+                **({"converged": True} if converged else {})}
 
     # ---- predict ----------------------------------------------------------------------
 
