@@ -2,7 +2,8 @@
 against the time a run then takes.
 
 Throughput: examples/s of `tuning.train_step` (length-bucketed batches, the build's settings:
-full fine-tuning, batch 32, bf16 autocast) against what a researcher writes first with
+full fine-tuning, batch 32, the default precision: bf16 autocast where the CPU has bf16 natively,
+else fp32) against what a researcher writes first with
 transformers (AutoModel + a linear head on the mean-pooled last layer, batches in random order
 padded to their longest text, the same optimizer, dtype and batch size), on the same MR train
 texts, one thread, interleaved, `--repeats` times; medians. Each variant trains a fresh model
@@ -27,9 +28,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from vqlc_core.base.hardware import resolve_dtype
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 CACHE = ROOT / "cache"
+DTYPE = resolve_dtype("auto")  # the build's default precision on this machine: bf16 only where it is native
 
 
 def mr(limit: int | None, dataset: str = "mr"):
@@ -60,7 +64,7 @@ def ours(texts: list[str], labels, steps: int, batch: int) -> float:
 
     torch.manual_seed(0)
     bb = backbone()
-    plan = FinetunePlan("full", 1, batch, None, 8, 0, "bfloat16", False, 0, 0)
+    plan = FinetunePlan("full", 1, batch, None, 8, 0, DTYPE, False, 0, 0)
     head = nn.Linear(bb.hidden_size, 2)
     bb.model.requires_grad_(True)
     params = [*bb.model.parameters(), *head.parameters()]
@@ -96,7 +100,7 @@ def plain(texts: list[str], labels, steps: int, batch: int) -> float:
     for s in range(steps):
         idx = order[s * batch : (s + 1) * batch]
         enc = tok([texts[i] for i in idx], padding=True, truncation=True, max_length=256, return_tensors="pt")
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=DTYPE == "bfloat16"):
             h = model(**enc).last_hidden_state
         m = enc["attention_mask"].unsqueeze(-1).float()
         loss = F.cross_entropy(head((h.float() * m).sum(1) / m.sum(1)), y[idx])
@@ -161,7 +165,7 @@ def main() -> None:
     out = {"command": "python bench/finetune_throughput.py " + " ".join(
                f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if not isinstance(v, bool))
                + (" --big" if args.big else ""),
-           "torch_threads": torch.get_num_threads(), "steps": args.steps, "batch": args.batch,
+           "torch_threads": torch.get_num_threads(), "dtype": DTYPE, "steps": args.steps, "batch": args.batch,
            "examples_per_s": {k: round(args.steps * args.batch / statistics.median(v), 2) for k, v in times.items()},
            "seconds": {k: [round(x, 2) for x in v] for k, v in times.items()}}
     out["speedup"] = round(out["examples_per_s"]["vqlc"] / out["examples_per_s"]["plain transformers"], 3)
