@@ -1,5 +1,7 @@
-"""The vqlc dashboard: `streamlit run app.py` (or ./run.sh). Registers the pages; each page
-reads a run directory under $VQLC_CACHE_DIR/runs/ (default cache/runs/) through vqlc_ui."""
+"""The vqlc dashboard: `python -m vqlc_ui.serve` (`streamlit run app.py` with the libraries
+imported before the server listens, so a first page does not wait for them), or ./run.sh.
+Registers the pages; each page reads a run directory under $VQLC_CACHE_DIR/runs/ (default
+cache/runs/) through vqlc_ui."""
 
 import streamlit as st
 

@@ -17,5 +17,6 @@ fi
 ADDRESS="${VQLC_ADDRESS:-127.0.0.1}"
 PORT="${VQLC_PORT:-8501}"
 echo "vqlc: serving the dashboard on http://$ADDRESS:$PORT"
-exec .venv/bin/python -m streamlit run app.py --server.address "$ADDRESS" --server.port "$PORT" \
+# vqlc_ui.serve is `streamlit run app.py` with the pages' libraries imported before it listens
+exec .venv/bin/python -m vqlc_ui.serve --server.address "$ADDRESS" --server.port "$PORT" \
   --server.headless true --browser.gatherUsageStats false --server.fileWatcherType none

@@ -1,5 +1,6 @@
-"""Start the dashboard for a browser test or benchmark: `streamlit run app.py` on a free
-127.0.0.1 port over a cache that holds only one run, and Debian chromium's launch arguments.
+"""Start the dashboard for a browser test or benchmark: `python -m vqlc_ui.serve` (`streamlit run
+app.py` with the libraries imported first; plain `streamlit run app.py` for a checkout without it)
+on a free 127.0.0.1 port over a cache that holds only one run, and Debian chromium's launch arguments.
 Shared by bench/many_users.py, tests/test_browser.py and tests/test_many_users.py."""
 
 from __future__ import annotations
@@ -20,6 +21,14 @@ CHROMIUM = Path("/usr/bin/chromium")
 # Without the networking flags chromium keeps trying hosts this machine cannot reach.
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run", "--disable-quic"]
+
+
+def launcher(app_root: Path = ROOT) -> list[str]:
+    """How `app_root` is served: `-m vqlc_ui.serve` (the libraries imported before the server
+    listens), or `-m streamlit run app.py` for a checkout without it (e.g. an older commit)."""
+    if (Path(app_root) / "vqlc_ui" / "serve.py").exists():
+        return ["-m", "vqlc_ui.serve"]
+    return ["-m", "streamlit", "run", "app.py"]
 
 
 def free_port() -> int:
@@ -54,7 +63,7 @@ def serve(run_dir: Path, timeout_s: float = 60, cpus: set[int] | None = None, en
     log_path = cache / "server.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.address", "127.0.0.1", "--server.port",
+            [sys.executable, *launcher(app_root), "--server.address", "127.0.0.1", "--server.port",
              str(port), "--server.headless", "true", "--server.fileWatcherType", "none",
              "--browser.gatherUsageStats", "false"],
             cwd=app_root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,

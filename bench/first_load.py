@@ -1,6 +1,7 @@
-"""First load of each dashboard page: a fresh `streamlit run app.py` server per page (so nothing
-is cached in it), one chromium page at 1400x900, the time from asking for the page's URL to a
-settled page: its title shown, the script finished, no stale element, no skeleton, no spinner
+"""First load of each dashboard page: a fresh server per page (so nothing is cached in it), started
+as the project serves it (`dashboard_server.serve`: `python -m vqlc_ui.serve`, or `streamlit run
+app.py` for a checkout without it); one chromium page at 1400x900, the time from asking for the
+page's URL to a settled page: its title shown, the script finished, no stale element, no skeleton, no spinner
 and every image loaded. A second visit in a new session of the same server is timed as well.
 
     .venv/bin/python bench/first_load.py --run-dir cache/runs/default   # writes bench/results/first_load.json
@@ -24,7 +25,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-from dashboard_server import ARGS, CHROMIUM, serve  # noqa: E402
+from dashboard_server import ARGS, CHROMIUM, launcher, serve  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "first_load.json"
 # page path -> the start of its title (a page whose title names the method ends in it)
@@ -93,7 +94,8 @@ def main() -> None:
             for v, times in got.items():
                 first, again, load = (statistics.median(x) for x in zip(*times))
                 row.update({f"{v}first_s": round(first, 2), f"{v}second_visit_s": round(again, 2),
-                            f"{v}load_average_1min": round(load, 2)})
+                            f"{v}load_average_1min": round(load, 2),
+                            f"{v}first_all_s": [round(t[0], 2) for t in times]})
                 print(f"{row['page']:>13}{' (baseline)' if v else ''}: first load {first:5.2f} s, second visit "
                       f"{again:5.2f} s (load average {load:.1f})", flush=True)
             if args.baseline:
@@ -101,7 +103,8 @@ def main() -> None:
             rows.append(row)
         browser.close()
     out = {"run": args.run_dir.resolve().name, "viewport": "1400x900", "cpus": os.cpu_count(),
-           "repeats": args.repeats, **({"baseline": str(args.baseline)} if args.baseline else {}), "pages": rows}
+           "repeats": args.repeats, "served_with": {v or "current": " ".join(launcher(r)) for v, r in versions.items()},
+           **({"baseline": str(args.baseline)} if args.baseline else {}), "pages": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {args.out}")

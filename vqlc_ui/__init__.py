@@ -6,11 +6,24 @@ and the views). Pages call `vqlc_ui.<name>`; the logic lives in vqlc_core.
 Runs live under `$VQLC_CACHE_DIR/runs/` (default `cache/runs/`).
 """
 
-from .loaders import (ablate, cache_dir, cloud, concept_map, concepts, evaluation, explain, explainer, load_run,
-                      prediction_members, stamp, texts, tokens, warm_up)
-from .views import ablation_panel, colored_sentence, concept_picture, concept_view, plain, prediction_concept
-from .widgets import (EXAMPLE, app_navigation, build_messages, guard, persisted, pin_button, rebuild_button, sidebar, text_input, text_key,
-                      well_formed_typing)
+import logging
+
+import streamlit.runtime.caching.cache_data_api as _cache_data_api
+
+# Imported outside a server (`python -m vqlc_ui.serve` before it starts, tests), Streamlit checks
+# each cache decorator against a runtime that does not exist yet and logs a warning per decorator;
+# harmless (a cache is bound to the server's runtime when first called), so kept quiet here.
+_quiet = logging.getLogger(_cache_data_api.__name__)
+_level = _quiet.level
+_quiet.setLevel(logging.ERROR)
+try:
+    from .loaders import (ablate, cache_dir, cloud, concept_map, concepts, evaluation, explain, explainer, load_run,
+                          prediction_members, stamp, texts, tokens, warm_up)
+    from .views import ablation_panel, colored_sentence, concept_picture, concept_view, plain, prediction_concept
+    from .widgets import (EXAMPLE, app_navigation, build_messages, guard, persisted, pin_button, rebuild_button, sidebar, text_input, text_key,
+                          well_formed_typing)
+finally:
+    _quiet.setLevel(_level)
 
 __all__ = ["EXAMPLE", "ablate", "app_navigation", "build_messages", "ablation_panel", "cache_dir", "cloud", "colored_sentence",
            "concept_map", "concept_picture", "concept_view", "concepts", "evaluation", "explain", "explainer", "guard",

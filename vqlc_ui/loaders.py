@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import logging
 import threading
+import time
 from pathlib import Path
 
 import streamlit as st
@@ -187,9 +188,15 @@ def cloud(run: Run, method: str, k: int) -> Path | None:
 
 log = logging.getLogger(__name__)
 _warming: set[tuple[str, int]] = set()
+# Seconds the warm-up waits after the first page's script: the browser is still drawing that page
+# and fetching its code and images from this process, and a model load beside it (CPU and the
+# GIL) slows that down. bench/first_load.py on 2 cores under load (about 4.5): Explain's first
+# load 3.97 s at once, 3.29 s after this wait; a second visit 0.6-1.2 s faster.
+WARM_UP_DELAY_S = 4.0
 
 
 def _load_quietly(run_dir: str, sp: int) -> None:
+    time.sleep(WARM_UP_DELAY_S)
     try:
         explainer(run_dir, sp)
     except Exception:  # the page that needs the explainer loads it again and shows the error
@@ -201,8 +208,9 @@ def _load_quietly(run_dir: str, sp: int) -> None:
 def warm_up() -> None:
     """Load the chosen (or default) run's explainer in a background thread, once per run, so the
     Explain and Compare pages open fast; a page that needs it sooner waits for the same load
-    (Streamlit computes one cache key once). The app calls it after the page is drawn, so the
-    load does not slow the first page down."""
+    (Streamlit computes one cache key once). The app calls it after the page's script, and the
+    load starts `WARM_UP_DELAY_S` later, once the browser has drawn the page, so it does not slow
+    the first page down."""
     runs = {p.name: p for p in list_runs(cache_dir())}
     path = runs.get(st.session_state.get("run")) or runs.get(default_run(cache_dir()))
     if path is None or not is_built(path):

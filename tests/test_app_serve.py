@@ -1,0 +1,86 @@
+"""`python -m vqlc_ui.serve`: `streamlit run app.py` with the libraries the pages import loaded
+before the server listens, and the test and benchmark servers (bench/dashboard_server.py) started
+that way. No test here depends on timing: each checks what is imported, and with what arguments
+the server is started."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import dashboard_server
+from tests.conftest import ROOT
+from vqlc_ui import serve
+
+
+def test_preload_imports_what_the_pages_import_and_leaves_pages_folder_mode():
+    """In a fresh interpreter: after `preload`, the heavy libraries and every vqlc_core module a
+    page imports are loaded, and Streamlit will not run a page alone as an old pages-folder app."""
+    code = textwrap.dedent("""
+        import sys
+        from vqlc_ui import serve
+        serve.preload()
+        from streamlit.runtime.pages_manager import PagesManager
+        wanted = ["torch", "sklearn", "pandas", "pyarrow.parquet", "plotly.express",
+                  "vqlc_ui", "vqlc_core.build.run", "vqlc_core.views.maps", "vqlc_core.views.charts",
+                  "vqlc_core.views.judging", "vqlc_core.views.report", "vqlc_core.views.export_html",
+                  "vqlc_core.evaluate.tables", "vqlc_core.evaluate.sae_compare", "streamlit.emojis"]
+        print("missing", [m for m in wanted if m not in sys.modules])
+        print("pages_folder", PagesManager.uses_pages_directory)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "missing []" in out.stdout, out.stdout
+    assert "pages_folder False" in out.stdout, out.stdout
+    # the cache decorators' warnings about the runtime that does not exist yet are kept quiet
+    assert "No runtime found" not in out.stderr, out.stderr
+
+
+def test_main_runs_streamlit_on_app_py_with_the_options_given(monkeypatch):
+    got = {}
+    monkeypatch.setattr(serve, "preload", lambda: got.setdefault("preloaded", True))
+    import streamlit.web.cli
+
+    monkeypatch.setattr(streamlit.web.cli, "main", lambda args, prog_name: got.update(args=args, prog=prog_name))
+    serve.main(["--server.port", "8765", "--server.address", "127.0.0.1"])
+    assert got == {"preloaded": True, "prog": "streamlit",
+                   "args": ["run", str(ROOT / "app.py"), "--server.port", "8765", "--server.address", "127.0.0.1"]}
+
+
+def test_dashboard_server_uses_the_launcher_where_the_checkout_has_it(tmp_path):
+    assert dashboard_server.launcher(ROOT) == ["-m", "vqlc_ui.serve"]
+    old = tmp_path / "old"  # an older checkout: plain `streamlit run app.py`
+    (old / "vqlc_ui").mkdir(parents=True)
+    assert dashboard_server.launcher(old) == ["-m", "streamlit", "run", "app.py"]
+
+
+def test_serve_starts_the_launcher_on_localhost(monkeypatch, tmp_path):
+    """The server process `serve` starts: the launcher, bound to 127.0.0.1 (stopped before it runs)."""
+    started = {}
+
+    class Exited:
+        pid, returncode = 0, 1
+
+        def poll(self):
+            return 1
+
+        def wait(self, timeout=None):
+            return 1
+
+    def popen(args, **kw):
+        started.update(args=args, cwd=kw["cwd"])
+        return Exited()
+
+    monkeypatch.setattr(dashboard_server.subprocess, "Popen", popen)
+    monkeypatch.setattr(dashboard_server.os, "killpg", lambda *a: None)
+    run = tmp_path / "runs" / "default"
+    run.mkdir(parents=True)
+    with pytest.raises(RuntimeError, match="exited with 1"):
+        with dashboard_server.serve(run):
+            pass
+    args = started["args"]
+    assert args[1:3] == ["-m", "vqlc_ui.serve"] and started["cwd"] == ROOT
+    assert args[args.index("--server.address") + 1] == "127.0.0.1"
