@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from tests.test_explain import explainer, setup  # noqa: F401 (module fixtures)
-from vqlc_core.evaluate.controls import match_energy, removed_energy, span_energy
+from vqlc_core.evaluate.controls import (N_SUBSETS, match_energy, matched_basis, removed_energy, span_energies,
+                                         span_energy, unit_energy)
+from vqlc_core.explain.ablation import orthonormal_basis
 from vqlc_core.evaluate.faithfulness import (COLUMNS, CONTROL, CONTROLS, MATCHED, PREDICTION, SALIENT, TARGETS, faithfulness,
                                              matched_differences, paired_differences, summarize_faithfulness)
 
@@ -162,6 +164,60 @@ def test_match_energy_picks_the_row_and_the_span_closest_in_energy():
     assert len(span) == 3 and (span > 5).all()
     assert abs(span_energy(h, unit[span]) - target) < 0.1 * target
     assert match_energy(h, unit, single, np.zeros(200, bool), 0.1, 1, rng) is None
+
+
+def test_the_batched_span_energies_equal_one_span_energy_at_a_time():
+    rng = np.random.default_rng(3)
+    unit = rng.normal(size=(300, 48))
+    unit /= np.linalg.norm(unit, axis=1, keepdims=True)
+    for r in (2, 3, 7):
+        h = rng.normal(size=48)
+        sets = np.stack([rng.choice(300, size=r, replace=False) for _ in range(N_SUBSETS)])
+        assert span_energies(h, unit[sets]).tolist() == [span_energy(h, unit[s]) for s in sets]  # exactly
+
+
+def _match_energy_one_at_a_time(h, unit, single, allowed, target, r, rng):
+    """`match_energy` as it was first written: a loop over the subsets, one QR each."""
+    ids = np.flatnonzero(allowed)
+    if len(ids) < r or r < 1:
+        return None
+    if r == 1:
+        return ids[[int(np.argmin(np.abs(single[ids] - target)))]]
+    pool = ids[np.argsort(np.abs(single[ids] - target / r), kind="stable")[: 4 * r]]
+    best, best_gap = None, np.inf
+    for _ in range(N_SUBSETS):
+        pick = np.sort(rng.choice(pool, size=r, replace=False))
+        gap = abs(span_energy(h, unit[pick]) - target)
+        if gap < best_gap:
+            best, best_gap = pick, gap
+    return best
+
+
+def test_match_energy_picks_what_the_subset_loop_picked_and_leaves_the_stream_where_it_did():
+    data = np.random.default_rng(4)
+    unit = data.normal(size=(120, 24))
+    unit /= np.linalg.norm(unit, axis=1, keepdims=True)
+    for trial in range(30):
+        h = data.normal(size=24)
+        single = unit_energy(h, unit)
+        r = 1 + trial % 5
+        target = span_energy(h, unit[data.choice(120, size=r, replace=False)])
+        a, b = np.random.default_rng(trial), np.random.default_rng(trial)
+        got = match_energy(h, unit, single, np.arange(120) % 3 > 0, target, r, a)
+        np.testing.assert_array_equal(got, _match_energy_one_at_a_time(h, unit, single, np.arange(120) % 3 > 0,
+                                                                        target, r, b))
+        assert a.random() == b.random()  # the next draw of the shared stream is the same
+
+
+def test_matched_basis_with_its_energies_and_target_given_is_the_same_as_without():
+    data = np.random.default_rng(5)
+    unit = data.normal(size=(80, 16))
+    unit /= np.linalg.norm(unit, axis=1, keepdims=True)
+    h, vectors, allowed = data.normal(size=16), data.normal(size=(3, 16)), np.arange(80) > 4
+    plain = matched_basis(h, unit, allowed, vectors, np.random.default_rng(0))
+    given = matched_basis(h, unit, allowed, None, np.random.default_rng(0), unit_energy(h, unit),
+                          orthonormal_basis(vectors))
+    assert torch.equal(plain, given)
 
 
 def test_a_target_is_measured_against_its_matched_control_sentence_by_sentence():

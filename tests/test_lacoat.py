@@ -57,6 +57,20 @@ def test_concept_mapper_top5_is_well_above_chance_on_overlapping_clusters():
     np.testing.assert_allclose(p.sum(1), 1.0, rtol=1e-5)
 
 
+def test_concept_mapper_predicts_the_argmax_of_its_probabilities_also_on_near_ties():
+    X, y = blobs(n_per=60, k=20, dim=16, spread=8.0, seed=1)
+    mapper = ConceptMapper(n_concepts=24, seed=0).fit(X, y)  # clusters 20-23 never seen: probability 0
+    rng = np.random.default_rng(0)
+    a, b = X[rng.integers(len(X), size=400)], X[rng.integers(len(X), size=400)]
+    mixes = np.concatenate([a + (b - a) * t for t in np.linspace(0, 1, 101)]).astype(np.float32)  # across boundaries
+    np.testing.assert_array_equal(mapper.predict(mixes), mapper.predict_proba(mixes).argmax(1))
+    # clusters 0 and 1 made to score alike: on an exact tie the lower id wins, as under argmax
+    mapper.coef_ = np.concatenate([mapper.coef_[:1], mapper.coef_[:1], mapper.coef_[2:]])
+    mapper.intercept_ = np.concatenate([mapper.intercept_[:1], mapper.intercept_[:1], mapper.intercept_[2:]])
+    np.testing.assert_array_equal(mapper.predict(X), mapper.predict_proba(X).argmax(1))
+    assert 0 in mapper.predict(X) and 1 not in mapper.predict(X)
+
+
 def test_concept_mapper_caps_its_training_rows():
     X, y = blobs(n_per=50, seed=2)
     mapper = ConceptMapper(n_concepts=8, max_rows=100, seed=0).fit(X, y)

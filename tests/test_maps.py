@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import blobs
 from vqlc_core.methods.concepts import ConceptSet, summarize
-from vqlc_core.views.maps import concept_map
+from vqlc_core.views.maps import BackgroundMaps, concept_map, embed_2d, map_vectors
 
 COLUMNS = ["concept", "size", "n_pred", "dominant_class", "purity", "x", "y", "top_words"]
 
@@ -44,3 +44,22 @@ def test_a_umap_map_is_the_same_for_the_same_seed():  # UMAP compiles with numba
     assert len(a) == 29 and 7 not in set(a["concept"])
     pd.testing.assert_frame_equal(a, b)
     assert not np.allclose(a[["x", "y"]], concept_map(cs, seed=1)[["x", "y"]])
+
+
+@pytest.mark.slow
+def test_maps_made_in_the_background_are_the_maps_made_here():  # UMAP compiles in both processes
+    sets = {"a": map_vectors(concept_set(30, empty=7)), "b": map_vectors(concept_set(25, empty=0, seed=1)),
+            "small": map_vectors(concept_set(6, empty=2))}  # PCA: made here
+    with BackgroundMaps(sets, seed=0) as maps:
+        got = {name: maps.embed(name) for name in sets}
+    for name, vectors in sets.items():
+        np.testing.assert_array_equal(got[name], embed_2d(vectors, seed=0))  # exactly
+    assert not list(maps._dir.parent.glob(maps._dir.name))  # its folder is gone
+
+
+def test_a_failed_background_map_is_made_here(monkeypatch):
+    monkeypatch.setattr("vqlc_core.views.maps._CHILD", "raise SystemExit(3)")
+    cs = concept_set(12, empty=3)
+    with BackgroundMaps({"a": map_vectors(cs)}, seed=0) as maps:
+        monkeypatch.setattr("vqlc_core.views.maps.embed_2d", lambda v, seed: np.full((len(v), 2), 7.0, np.float32))
+        assert (maps.embed("a") == 7.0).all() and maps.embed("a").shape == (11, 2)

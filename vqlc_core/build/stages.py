@@ -35,7 +35,7 @@ from vqlc_core.explain.baseline import class_means, neutral_baseline
 from vqlc_core.explain.explainer import Explainer
 from vqlc_core.methods.concepts import ConceptSet
 from vqlc_core.views.browse import precompute_clouds, precompute_example
-from vqlc_core.views.maps import concept_map
+from vqlc_core.views.maps import BackgroundMaps, concept_map, map_vectors
 
 log = logging.getLogger(__name__)
 
@@ -215,14 +215,18 @@ def stage_evaluate(run, name: str) -> dict:
 
 
 def stage_maps(run, name: str) -> dict:
-    for m in run.methods_built():
-        write_parquet(run.dir / "methods" / m / "map.parquet", concept_map(run.concept_set(m), seed=run.cfg.seed))
-        precompute_clouds(run, m)  # every cloud (~50 ms each): no page or HTML export draws one
-        write_top(run, m)  # an SAE feature's top-activating contexts (methods with activations only)
-    if run.manifest.is_complete("classifier"):
-        precompute_example(run)  # Explain and Compare open on it without waiting for the model
-    if run.tags is not None:
-        cached_alignment_table(run)  # Compare's aligned-concept table, from every seed's concepts once
+    sets = {m: run.concept_set(m) for m in run.methods_built()}
+    # the maps' UMAPs run in a child process (~20 s of compiling on one core) while this one draws
+    with BackgroundMaps({m: map_vectors(cs) for m, cs in sets.items()}, seed=run.cfg.seed) as maps:
+        for m in sets:
+            precompute_clouds(run, m)  # every cloud (~50 ms each): no page or HTML export draws one
+            write_top(run, m)  # an SAE feature's top-activating contexts (methods with activations only)
+        if run.manifest.is_complete("classifier"):
+            precompute_example(run)  # Explain and Compare open on it without waiting for the model
+        if run.tags is not None:
+            cached_alignment_table(run)  # Compare's aligned-concept table, from every seed's concepts once
+        for m, cs in sets.items():
+            write_parquet(run.dir / "methods" / m / "map.parquet", concept_map(cs, seed=run.cfg.seed, xy=maps.embed(m)))
     return {"methods": run.methods_built()}
 
 

@@ -54,29 +54,45 @@ def match_energy(h: np.ndarray, unit: np.ndarray, single: np.ndarray, allowed: n
     """Indices of `r` rows of `unit` (n, d) whose span removes from h (d,) the energy closest to
     `target`, among the `allowed` rows (bool (n,)). `single` (n,) is each row's own energy. For
     r = 1 the best row; else the best of `N_SUBSETS` random r-subsets of the 4r allowed rows whose
-    own energy is closest to target / r. None when fewer than r rows are allowed."""
+    own energy is closest to target / r (the first best on a tie). None when fewer than r rows
+    are allowed."""
     ids = np.flatnonzero(allowed)
     if len(ids) < r or r < 1:
         return None
     if r == 1:
         return ids[[int(np.argmin(np.abs(single[ids] - target)))]]
     pool = ids[np.argsort(np.abs(single[ids] - target / r), kind="stable")[: 4 * r]]
-    best, best_gap = None, np.inf
-    for _ in range(N_SUBSETS):
-        pick = np.sort(rng.choice(pool, size=r, replace=False))
-        gap = abs(span_energy(h, unit[pick]) - target)
-        if gap < best_gap:
-            best, best_gap = pick, gap
-    return best
+    picks = np.stack([np.sort(rng.choice(pool, size=r, replace=False)) for _ in range(N_SUBSETS)])
+    gaps = np.abs(span_energies(h, unit[picks]) - target)
+    gaps[~(gaps < np.inf)] = np.inf  # as a strict `<` scan would: a NaN gap is never the best
+    best = int(np.argmin(gaps))
+    return picks[best] if gaps[best] < np.inf else None
+
+
+def span_energies(h: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+    """`span_energy` of each set of `vectors` (s, r, d): one batched QR for all of them (numpy
+    factors each matrix of a stack with the same LAPACK call as a single one, so every value
+    equals `span_energy`'s)."""
+    q, _ = np.linalg.qr(np.asarray(vectors, dtype=np.float64).transpose(0, 2, 1))  # (s, d, r)
+    hh = max(float(h @ h), 1e-30)
+    return np.array([float(((qi.T @ h) ** 2).sum() / hh) for qi in q])
+
+
+def unit_energy(h: np.ndarray, unit: np.ndarray) -> np.ndarray:
+    """(n,) share of ||h||² (h: (d,)) along each row of `unit` (n, d): `match_energy`'s `single`."""
+    return (unit @ h) ** 2 / max(float(h @ h), 1e-30)
 
 
 def matched_basis(h: np.ndarray, unit: np.ndarray, allowed: np.ndarray, target_vectors: np.ndarray,
-                  rng: np.random.Generator) -> torch.Tensor | None:
+                  rng: np.random.Generator, single: np.ndarray | None = None,
+                  target: torch.Tensor | None = None) -> torch.Tensor | None:
     """The orthonormal basis of the rows of `unit` (n, d) matched in energy on h (d,) to the span
-    of `target_vectors` (r, d), among the `allowed` rows (see `match_energy`)."""
-    target = orthonormal_basis(target_vectors)
+    of `target_vectors` (r, d), among the `allowed` rows (see `match_energy`). A caller that
+    matches several targets on the same h passes `single` (`unit_energy(h, unit)`) and `target`
+    (`orthonormal_basis(target_vectors)`) computed once."""
+    target = orthonormal_basis(target_vectors) if target is None else target
     if len(target) == 0:
         return None
-    single = (unit @ h) ** 2 / max(float(h @ h), 1e-30)  # (n,)
+    single = unit_energy(h, unit) if single is None else single
     pick = match_energy(h, unit, single, allowed, span_energy(h, target.double().numpy()), len(target), rng)
     return None if pick is None else orthonormal_basis(unit[pick])

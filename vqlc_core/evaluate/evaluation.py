@@ -149,6 +149,9 @@ def evaluate(run) -> dict:
                                       explainer.ig_baseline_name)
         parts.append(rows.assign(seed=seed))
     rows = pd.concat(parts, ignore_index=True)
+    # pandas deep-copies a frame's attrs (every sentence's IG facts) into each frame derived from
+    # it, thousands of times in the summaries: they run without, and the rows file keeps them
+    attrs, rows.attrs = rows.attrs, {}
     for m in built:
         measures[m].update(seed_agreement(run, m))
     table = summarize_faithfulness(rows, seed=cfg.seed)
@@ -158,6 +161,7 @@ def evaluate(run) -> dict:
     paired = pd.concat([paired_differences(rows, "vqlc", other, seed=cfg.seed) for other in built
                         if other != "vqlc" and "vqlc" in built] or [pd.DataFrame()], ignore_index=True)
     acc = read_json(run.dir / "classifier" / "metrics.json")["accuracy"]
+    rows.attrs = attrs
     write_parquet(run.dir / "eval" / "faithfulness_rows.parquet", rows)
     write_parquet(run.dir / "eval" / "faithfulness.parquet", table)
     write_parquet(run.dir / "eval" / "paired.parquet", paired)

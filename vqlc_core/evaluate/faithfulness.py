@@ -33,7 +33,7 @@ from tqdm.auto import tqdm
 
 from vqlc_core.base.runio import RunError
 from vqlc_core.base.stats import N_BOOT, crossed_means, interval
-from vqlc_core.evaluate.controls import direction_bank, matched_basis, removed_energy
+from vqlc_core.evaluate.controls import direction_bank, matched_basis, removed_energy, unit_energy
 from vqlc_core.explain.ablation import orthonormal_basis, project_out
 from vqlc_core.explain.explainer import Explainer
 
@@ -70,6 +70,19 @@ def _codes(x: pd.Series) -> np.ndarray:
 
 def _group_rng(seed: int, *keys: str) -> np.random.Generator:
     return np.random.default_rng([int(seed)] + [zlib.crc32(k.encode()) for k in keys])
+
+
+def _concept_arrays(cs) -> dict:
+    """A concept set's arrays `_batch` reads for every text, computed once: the centred and
+    uncentred directions (K, d) (row k equals `cs.directions([k])`, centred or not), their unit
+    rows in float64, which concepts have train members, and which of those have a direction."""
+    ids = np.arange(cs.n_concepts)
+    dirs = cs.directions(ids)
+    norms = np.linalg.norm(dirs.astype(np.float64), axis=1)
+    sizes = cs.sizes
+    return {"ids": ids, "dirs": dirs, "uncentred": cs.directions(ids, centred=False),
+            "unit": dirs.astype(np.float64) / np.maximum(norms, 1e-30)[:, None],
+            "usable": (sizes > 0) & (norms > 0), "with_members": np.flatnonzero(sizes > 0)}
 
 
 # --- the table -------------------------------------------------------------------------------
@@ -150,37 +163,39 @@ def _batch(explainer: Explainer, batch: list[str], text_index: list[int], seed: 
     runs.append((CONTROL, "random direction", [orthonormal_basis(_rng(seed, CONTROL, t).standard_normal(d))
                                                for t in text_index]))
     hp = pooled.double().numpy()  # (B, d)
+    # each text's energy along every bank direction, shared by every method's matched directions
+    bank_single = [unit_energy(hp[b], bank) for b in range(B)] if bank is not None else None
+    everywhere = np.ones(len(bank), bool) if bank is not None else None
     for name, (method, cs) in explainer.methods.items():
         k_pred = method.predict(pooled.numpy())
-        with_members = np.flatnonzero(cs.sizes > 0)
-        dirs = cs.directions(np.arange(cs.n_concepts)).astype(np.float64)  # (K, d) centred
-        norms = np.linalg.norm(dirs, axis=1)
-        unit = dirs / np.maximum(norms, 1e-30)[:, None]
-        usable = (cs.sizes > 0) & (norms > 0)
+        c = _concept_arrays(cs)
         pred_c, pred_u, words_c, rand_c = [], [], [], []
         m_pred_c, m_pred_d, m_words_c, m_words_d = [], [], [], []
         for b in range(B):
             k = int(k_pred[b])
-            pred_c.append(orthonormal_basis(cs.directions([k])))
-            pred_u.append(orthonormal_basis(cs.directions([k], centred=False)))
             rng = _rng(seed, name + ":matched", text_index[b])
-            m_pred_c.append(matched_basis(hp[b], unit, usable & (np.arange(cs.n_concepts) != k), dirs[[k]], rng))
-            m_pred_d.append(matched_basis(hp[b], bank, np.ones(len(bank), bool), dirs[[k]], rng)
+            single = unit_energy(hp[b], c["unit"])  # this text's energy along every concept direction
+            target = orthonormal_basis(c["dirs"][[k]])
+            pred_c.append(target)
+            pred_u.append(orthonormal_basis(c["uncentred"][[k]]))
+            m_pred_c.append(matched_basis(hp[b], c["unit"], c["usable"] & (c["ids"] != k), None, rng, single, target))
+            m_pred_d.append(matched_basis(hp[b], bank, everywhere, None, rng, bank_single[b], target)
                             if bank is not None else None)
             if salient[b]:
                 ids = np.unique(method.predict(explainer.word_vectors(states[b], [words[b][i] for i in salient[b]])))
-                words_c.append(orthonormal_basis(cs.directions(ids)))
-                m_words_c.append(matched_basis(hp[b], unit, usable & ~np.isin(np.arange(cs.n_concepts), ids), dirs[ids],
-                                               rng))
-                m_words_d.append(matched_basis(hp[b], bank, np.ones(len(bank), bool), dirs[ids], rng)
+                target = orthonormal_basis(c["dirs"][ids])
+                words_c.append(target)
+                m_words_c.append(matched_basis(hp[b], c["unit"], c["usable"] & ~np.isin(c["ids"], ids), None, rng,
+                                               single, target))
+                m_words_d.append(matched_basis(hp[b], bank, everywhere, None, rng, bank_single[b], target)
                                  if bank is not None else None)
             else:
                 words_c.append(None)
                 m_words_c.append(None)
                 m_words_d.append(None)
-            others = with_members[with_members != k]
+            others = c["with_members"][c["with_members"] != k]
             other = int(_rng(seed, name, text_index[b]).choice(others)) if len(others) else None
-            rand_c.append(orthonormal_basis(cs.directions([other])) if other is not None else None)
+            rand_c.append(orthonormal_basis(c["dirs"][[other]]) if other is not None else None)
         runs += [(name, TARGETS[0], pred_c), (name, TARGETS[1], pred_u), (name, TARGETS[2], words_c),
                  (name, TARGETS[3], rand_c), (name, MATCHED[PREDICTION][0], m_pred_c),
                  (name, MATCHED[SALIENT][0], m_words_c)]

@@ -18,6 +18,11 @@ from vqlc_core.methods.base import N_CONCEPTS, ConceptMethod
 from vqlc_core.base.runio import RunError
 
 
+# A score gap the float32 probabilities cannot erase: exp(-gap) < 1 - 1e-5, far above their
+# rounding (6e-8), so the top score's cluster is the most probable one (`ConceptMapper.predict`).
+SURE_GAP = 1e-5
+
+
 class MemoryBudgetError(RunError):
     """LACOAT's pairwise distances would not fit in the memory budget."""
 
@@ -105,18 +110,34 @@ class ConceptMapper:
     def _standardise(self, X: np.ndarray) -> np.ndarray:
         return (np.asarray(X, dtype=np.float32) - self.mean_) / self.scale_
 
-    def predict_proba(self, X: np.ndarray) -> np.ndarray:
-        """(N, n_concepts) probability of each cluster for every row of X."""
+    def _scores(self, X: np.ndarray) -> np.ndarray:
         scores = self._standardise(X) @ self.coef_.T + self.intercept_
         if len(self.classes_) == 2:  # binary: one score s, P = softmax([0, s])
             scores = np.concatenate([np.zeros_like(scores), scores], axis=1)
+        return scores
+
+    def _proba(self, scores: np.ndarray) -> np.ndarray:
         out = np.zeros((len(scores), self.n_concepts), dtype=np.float32)
         out[:, self.classes_] = _softmax(scores.astype(np.float64))
         return out
 
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        """(N, n_concepts) probability of each cluster for every row of X."""
+        return self._proba(self._scores(X))
+
     def predict(self, X: np.ndarray) -> np.ndarray:
-        """Most probable cluster id of every row of X."""
-        return self.predict_proba(X).argmax(1).astype(np.int64)
+        """Most probable cluster id of every row of X: `predict_proba`'s argmax, read off the
+        scores where the top two are at least `SURE_GAP` apart (their float32 probabilities
+        then differ, so the softmax cannot change the winner); the softmax decides the rest."""
+        scores = self._scores(X).astype(np.float64)
+        if scores.shape[1] < 2:
+            return self._proba(scores).argmax(1).astype(np.int64)
+        top2 = np.partition(scores, -2, axis=1)[:, -2:]
+        out = self.classes_[scores.argmax(1)].astype(np.int64)
+        unsure = ~(top2[:, 1] - top2[:, 0] >= SURE_GAP)  # NaN too
+        if unsure.any():
+            out[unsure] = self._proba(scores)[unsure].argmax(1)
+        return out
 
     def arrays(self) -> dict[str, np.ndarray]:
         return {"mapper_coef": self.coef_, "mapper_intercept": self.intercept_, "mapper_classes": self.classes_,

@@ -10,10 +10,24 @@ from __future__ import annotations
 
 import html
 import json
+import logging
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import plotly.express as px
+
+log = logging.getLogger(__name__)
+
+
+def umap_settings(n: int, seed: int = 0) -> dict:
+    """UMAP's settings for a map of `n` points (at least 10)."""
+    return {"n_components": 2, "n_neighbors": min(15, n - 1), "metric": "cosine", "random_state": seed,
+            "n_jobs": 1, "init": "spectral" if n > 20 else "random"}
 
 
 def embed_2d(vectors: np.ndarray, seed: int = 0) -> np.ndarray:
@@ -27,9 +41,68 @@ def embed_2d(vectors: np.ndarray, seed: int = 0) -> np.ndarray:
         return PCA(n_components=2, random_state=seed).fit_transform(vectors).astype(np.float32)
     import umap
 
-    reducer = umap.UMAP(n_components=2, n_neighbors=min(15, n - 1), metric="cosine", random_state=seed,
-                        n_jobs=1, init="spectral" if n > 20 else "random")
-    return reducer.fit_transform(vectors).astype(np.float32)
+    return umap.UMAP(**umap_settings(n, seed)).fit_transform(vectors).astype(np.float32)
+
+
+# What the child process of `BackgroundMaps` runs: `embed_2d`'s UMAP of each set, .npy in and out.
+_CHILD = """
+import json, sys
+import numpy as np
+import umap
+folder, jobs = sys.argv[1], json.loads(sys.argv[2])
+for name, settings in jobs.items():
+    xy = umap.UMAP(**settings).fit_transform(np.load(f"{folder}/{name}.npy")).astype(np.float32)
+    np.save(f"{folder}/{name}.xy.npy", xy)
+"""
+
+
+class BackgroundMaps:
+    """`embed_2d` of several named vector sets, the UMAPs computed in a child Python process
+    started now, so that the caller works meanwhile: UMAP's first call in a process spends
+    15-25 s compiling on one core, and the maps stage draws its word clouds on the other. The
+    child is given the same vectors (.npy in a temporary folder) and settings, so it returns
+    what `embed_2d` returns here, as .npy files (nothing is pickled); a set too small for UMAP,
+    or a child that fails, is embedded here. Use as a context manager: leaving it stops the child."""
+
+    def __init__(self, sets: dict[str, np.ndarray], seed: int = 0):
+        self.sets, self.seed = dict(sets), seed
+        jobs = {str(i): umap_settings(len(v), seed) for i, v in enumerate(self.sets.values()) if len(v) >= 10}
+        self._key = {name: str(i) for i, name in enumerate(self.sets)}
+        self._dir = Path(tempfile.mkdtemp(prefix="vqlc-maps-"))
+        self._proc = None
+        if jobs:
+            for name, v in self.sets.items():
+                if self._key[name] in jobs:
+                    np.save(self._dir / f"{self._key[name]}.npy", np.asarray(v))
+            with open(self._dir / "stderr.txt", "wb") as err:
+                self._proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(self._dir), json.dumps(jobs)],
+                                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+        self._done = not jobs
+
+    def __enter__(self) -> "BackgroundMaps":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _wait(self) -> None:
+        if not self._done:
+            self._done = True
+            if self._proc.wait() != 0:
+                log.warning("vqlc: the maps' UMAP process failed (%s); computing them here",
+                            (self._dir / "stderr.txt").read_text(errors="replace").strip()[-500:])
+
+    def embed(self, name: str) -> np.ndarray:
+        """The map of set `name`: `embed_2d(sets[name], seed)`, from the child when it made it."""
+        self._wait()
+        path = self._dir / f"{self._key[name]}.xy.npy"
+        return np.load(path) if path.exists() else embed_2d(self.sets[name], self.seed)
+
+    def close(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+        shutil.rmtree(self._dir, ignore_errors=True)
 
 
 MARKER_MIN, MARKER_MAX = 6.0, 28.0  # marker diameters in pixels: the smallest stays clickable
@@ -88,11 +161,17 @@ def map_figure(df: pd.DataFrame, class_names: list[str], height: int = 560):
     return fig.update_layout(xaxis_title=None, yaxis_title=None, legend_title_text=HOVER["dominant_class"])
 
 
-def concept_map(cs, seed: int = 0) -> pd.DataFrame:
-    """One row per non-empty concept: x, y, size, dominant class, purity and top words."""
+def map_vectors(cs) -> np.ndarray:
+    """The vectors a concept map places: those of the non-empty concepts, in id order."""
+    return cs.vectors[cs.used_ids()]
+
+
+def concept_map(cs, seed: int = 0, xy: np.ndarray | None = None) -> pd.DataFrame:
+    """One row per non-empty concept: x, y, size, dominant class, purity and top words. `xy`:
+    `embed_2d(map_vectors(cs), seed)` when already computed (`BackgroundMaps`)."""
     s = cs.summary
     keep = cs.used_ids()
-    xy = embed_2d(cs.vectors[keep], seed)
+    xy = embed_2d(map_vectors(cs), seed) if xy is None else xy
     out = s.iloc[keep][["concept", "size", "n_pred", "dominant_class", "purity"]].reset_index(drop=True)
     out["x"], out["y"] = xy[:, 0], xy[:, 1]
     out["top_words"] = [", ".join(w for w, _ in json.loads(t)[:8]) or "(prediction rows)"

@@ -12,6 +12,8 @@ import hashlib
 import io
 import json
 import logging
+import threading
+from collections import OrderedDict
 from pathlib import Path
 
 from vqlc_core.base.runio import atomic_path
@@ -24,9 +26,40 @@ WIDTH, HEIGHT = 400, 300
 STYLE = "half-layout, 32-colour palette"
 
 
+class _Fonts:
+    """PIL's ImageFont as wordcloud sees it, except that `truetype` keeps the fonts it loaded:
+    wordcloud loads the font again at every size it tries for every word (a tenth of a cloud's
+    time went to reading the font file), and a font loaded once draws exactly as one loaded anew.
+    Per thread (a FreeType face is not for two threads at once), at most `MAX` fonts each."""
+
+    MAX = 512
+
+    def __init__(self, module):
+        self._module, self._local = module, threading.local()
+
+    def __getattr__(self, name: str):
+        return getattr(self._module, name)
+
+    def truetype(self, font=None, size: float = 10, *args, **kwargs):
+        if not isinstance(font, (str, Path)) or kwargs:  # a file object: loaded as asked
+            return self._module.truetype(font, size, *args, **kwargs)
+        fonts = self._local.__dict__.setdefault("fonts", OrderedDict())
+        key = (str(font), size, args)
+        if key in fonts:
+            fonts.move_to_end(key)
+            return fonts[key]
+        got = fonts[key] = self._module.truetype(font, size, *args, **kwargs)
+        if len(fonts) > self.MAX:
+            fonts.popitem(last=False)
+        return got
+
+
 def _draw(frequencies: dict[str, float], seed: int, width: int, height: int):
+    import wordcloud.wordcloud as wordcloud_module
     from wordcloud import WordCloud
 
+    if not isinstance(wordcloud_module.ImageFont, _Fonts):
+        wordcloud_module.ImageFont = _Fonts(wordcloud_module.ImageFont)
     wc = WordCloud(width=width // 2, height=height // 2, scale=2, background_color="white", random_state=seed,
                    prefer_horizontal=0.95, colormap="viridis", max_words=60)
     return wc.generate_from_frequencies(frequencies).to_image()
