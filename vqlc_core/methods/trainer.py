@@ -104,7 +104,8 @@ class ModuleMethod(ConceptMethod):
             return False
         changed = float((codes != prev).double().mean())
         self.changes_.append((step, changed))
-        stop = torch.tensor([float(changed < self.stop_tol and self.epochs is None)])
+        stop = torch.tensor([float(changed < self.stop_tol and self.epochs is None)],
+                            device=getattr(self, "device", "cpu"))  # on the rank's device, for nccl
         distributed.collectives().broadcast(stop)
         return bool(stop.item())
 
