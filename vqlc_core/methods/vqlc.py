@@ -89,8 +89,8 @@ class VQLC(ModuleMethod):
         steps, so small fit sets train long enough and large stores take one pass.
     stop_tol, check_every: stop once fewer than `stop_tol` of a probe of 2,048 fit rows change
         concept between two checks `check_every` steps apart (0, or `epochs` set: train every step);
-        see `trainer`. On the default run's 10,000 fit rows the share falls below 0.01 after about
-        400 steps, where dev R² by concept vector is within 0.006 of 1,040 steps'.
+        see `trainer`. On the default run's 10,000 fit rows (seed 0) it stopped after 640 of 1,040
+        steps, dev R² by concept vector 0.4186 against 0.4209 for all of them.
     checkpoint_dir: when set, a checkpoint is written after every epoch and fit resumes from it.
     """
 
