@@ -183,7 +183,7 @@ def cloud(run: Run, method: str, k: int) -> Path | None:
     from vqlc_core.views.wordclouds import concept_cloud
 
     cs = concepts(str(run.dir), stamp(run), method)
-    return concept_cloud(run.dir, method, k, cs.summary.at[k, "top_words"])
+    return concept_cloud(run.dir, method, k, cs.cloud_words(k))
 
 
 log = logging.getLogger(__name__)

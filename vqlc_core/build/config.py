@@ -12,7 +12,7 @@ import shlex
 from dataclasses import Field, dataclass, field, fields, replace
 from pathlib import Path
 
-from vqlc_core.methods.base import DEFAULT_METHODS, N_CONCEPTS, REGISTRY, method_class, method_names
+from vqlc_core.methods.base import DEFAULT_METHODS, N_CONCEPTS, PREDICTION_CONCEPTS, REGISTRY, method_class, method_names
 from vqlc_core.base.options import at_least, field_flag, one_of, opt
 from vqlc_core.base.runio import RunError
 from vqlc_core.data.extract import ExtractConfig
@@ -69,6 +69,10 @@ class MethodsConfig:
                                          "its fit-set members (fitset), of all its train members (train), or the "
                                          "method's own centre (centre: VQLC's code decoded, the K-Means centroid, "
                                          "the LACOAT cluster mean)", choices=CONCEPT_VECTORS)
+    prediction_concepts: int = opt(PREDICTION_CONCEPTS, "concepts of the prediction representations, fitted by "
+                                   "each method on the train prediction rows alone beside its K word concepts "
+                                   "(chosen by measurement, README 'Prediction concepts'); 0: one set of K "
+                                   "concepts for every row, as the paper describes it")
     seeds: tuple[int, ...] | None = opt(None, "train every method once per seed on the same store and evaluate "
                                               "each, for intervals over seeds; the first seed's concepts are the "
                                               "ones the dashboard shows (default: the run's --seed only)")
@@ -83,6 +87,7 @@ class MethodsConfig:
             if m not in REGISTRY:
                 raise RunError(f"Unknown method {m!r}; choose from {', '.join(method_names())}.")
         at_least(self, "n_concepts", 2)
+        at_least(self, "prediction_concepts", 0)
         one_of(self, "concept_vectors", CONCEPT_VECTORS)
         given = dict(self.options)
         self.options = {}

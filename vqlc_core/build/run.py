@@ -26,7 +26,7 @@ from vqlc_core.data.models import resolve_model
 from vqlc_core.data.store import ActivationStore
 from vqlc_core.explain.explainer import Explainer
 from vqlc_core.llm.labels import LabelBook
-from vqlc_core.methods.base import method_class
+from vqlc_core.methods.split import load_method
 from vqlc_core.methods.concepts import ConceptSet
 from vqlc_core.evaluate import tag_alignment
 
@@ -192,7 +192,7 @@ class Run:
 
     def method(self, name: str, seed: int | None = None):
         """The fitted concept method `name` (of `seed`, default: the shown one)."""
-        return method_class(name).load(self.method_dir(name, seed) / "model")
+        return load_method(name, self.method_dir(name, seed) / "model")
 
     def concepts(self, method: str, seed: int | None = None) -> ConceptSet:
         """Method `method`'s concepts (of `seed`, default: the shown one), with their labels."""

@@ -33,7 +33,9 @@ from vqlc_core.evaluate.tag_alignment import cached_alignment_table
 from vqlc_core.evaluate.features import write_top
 from vqlc_core.explain.baseline import class_means, neutral_baseline
 from vqlc_core.explain.explainer import Explainer
+from vqlc_core.methods.calibration import calibrate
 from vqlc_core.methods.concepts import ConceptSet
+from vqlc_core.methods.split import build_method
 from vqlc_core.views.browse import precompute_clouds, precompute_example
 from vqlc_core.views.maps import BackgroundMaps, concept_map, map_vectors
 
@@ -193,7 +195,7 @@ def stage_method(run, name: str) -> dict:
     rows = cls.fit_rows(cfg.methods, store, read_npy(run.dir / "fitset.npy"))
     for seed in cfg.method_seeds:
         workdir = run.method_dir(name, seed)
-        method = cls.from_config(cfg.methods, seed, workdir).fit(store, rows=rows)
+        method = build_method(name, cfg.methods, seed, workdir, store, rows).fit(store, rows=rows)
         if not distributed.is_main():
             continue  # every rank holds the fitted model; rank 0 assigns and saves
         assignments = method.predict_store(store)
@@ -202,9 +204,11 @@ def stage_method(run, name: str) -> dict:
                                          extra=method.concept_extra(), info=fit, seed=seed, fit_rows=rows,
                                          centres=method.concept_centres(store, rows),
                                          vectors=cfg.methods.concept_vectors)
+        cs.info["calibration"] = calibrate(store, method, assignments, cs.n_concepts)
         method.save(workdir / "model")
         cs.save(workdir)
-        shutil.rmtree(workdir / "checkpoint", ignore_errors=True)
+        for sub in ("", "words", "predictions"):
+            shutil.rmtree(workdir / sub / "checkpoint", ignore_errors=True)
         info = info or {"fit_time_s": round(fit["fit_time_s"], 2), "peak_rss_mb": round(fit["peak_rss_mb"], 1),
                         "n_fit_rows": int(len(rows)), "used_concepts": int((cs.summary["size"] > 0).sum())}
     return {**info, "seeds": list(cfg.method_seeds)}
@@ -243,10 +247,11 @@ STAGES: tuple[Stage, ...] = (
     Stage("annotate", stage_annotate, ("store/tags.parquet",), ("seed",), needs=("texts", "extract", "classifier")),
     Stage("fitset", stage_fitset, ("fitset.npy",), ("seed",), sections=("fitset",), needs=("extract",)),
     Stage("method", stage_method, ("methods/{name}/*.npy", "methods/{name}/*.json", "methods/{name}/summary.parquet",
-                                   "methods/{name}/model/*", "methods/{name}/seeds/*/*.npy",
-                                   "methods/{name}/seeds/*/*.json", "methods/{name}/seeds/*/summary.parquet",
-                                   "methods/{name}/seeds/*/model/*"),
-          ("n_concepts", "concept_vectors", "seed", "seeds"), sharded=True, per_method=True,
+                                   "methods/{name}/model/*", "methods/{name}/model/*/*",
+                                   "methods/{name}/seeds/*/*.npy", "methods/{name}/seeds/*/*.json",
+                                   "methods/{name}/seeds/*/summary.parquet", "methods/{name}/seeds/*/model/*",
+                                   "methods/{name}/seeds/*/model/*/*"),
+          ("n_concepts", "prediction_concepts", "concept_vectors", "seed", "seeds"), sharded=True, per_method=True,
           needs=("extract", "fitset")),
     Stage("evaluate", stage_evaluate, ("eval/*",), ("methods", "seed", "seeds"), sections=("eval",),
           needs=("classifier", "method")),

@@ -18,15 +18,20 @@ from vqlc_core.methods.metrics import assignment_ami, centroid_r2, codebook_perp
 
 def prediction_concepts(cs, tokens, split: str = "test") -> dict:
     """How the prediction representations of `split` fall into concepts: how many distinct
-    concepts they use, those concepts' class purity weighted by the split's prediction rows,
-    and the largest concept's share of them."""
+    concepts they use, those concepts' class purity (true labels of their train members) weighted
+    by the split's prediction rows, the largest concept's share of them, and the share that falls
+    into a concept whose train members are mostly prediction rows."""
     rows = np.flatnonzero(((tokens["kind"] == "pred") & (tokens["split"] == split)).to_numpy())
     if len(rows) == 0:
-        return {"distinct": 0, "purity": float("nan"), "largest_share": float("nan"), "n": 0}
+        return {"distinct": 0, "purity": float("nan"), "largest_share": float("nan"), "n": 0,
+                "mostly_predictions": float("nan")}
     ids, counts = np.unique(np.asarray(cs.assignments)[rows], return_counts=True)
-    purity = cs.summary.set_index("concept").loc[ids, "purity"].to_numpy()
+    summary = cs.summary.set_index("concept").loc[ids]
+    purity = summary["purity"].to_numpy()
+    mostly = (summary["n_pred"].to_numpy() * 2 > summary["size"].to_numpy())
     return {"distinct": int(len(ids)), "purity": float(np.average(purity, weights=counts)),
-            "largest_share": float(counts.max() / len(rows)), "n": int(len(rows))}
+            "largest_share": float(counts.max() / len(rows)), "n": int(len(rows)),
+            "mostly_predictions": float(counts[mostly].sum() / len(rows))}
 
 
 def method_measures(run, method, cs) -> dict:

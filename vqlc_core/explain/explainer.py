@@ -16,6 +16,7 @@ import torch
 
 from vqlc_core.data.backbone import AGGREGATIONS, aggregate_words, autocast, capture
 from vqlc_core.data.inputs import check_input
+from vqlc_core.methods.calibration import tempered
 from vqlc_core.explain.ablation import from_layer, orthonormal_basis, project_out
 from vqlc_core.base.runio import RunError
 from vqlc_core.explain.attribution import (IG_STEPS, Attribution, eligible_words, layer_attributions, pooled_positions,
@@ -24,9 +25,12 @@ from vqlc_core.explain.attribution import (IG_STEPS, Attribution, eligible_words
 TOP_CONCEPTS = 5
 
 
-def concept_proba(method, X: np.ndarray) -> np.ndarray:
-    """(N, K) concept probabilities of raw layer-l vectors X (N, d) under a concept method."""
-    return np.asarray(method.predict_proba(np.asarray(X, dtype=np.float32)), dtype=np.float32)
+def concept_proba(method, X: np.ndarray, concepts=None) -> np.ndarray:
+    """(N, K) concept probabilities of prediction representations X (N, d) under a concept
+    method, tempered as its concept set's calibration says (`calibration`; none: as they are)."""
+    p = np.asarray(method.predict_proba_predictions(np.asarray(X, dtype=np.float32)), dtype=np.float32)
+    t = (getattr(concepts, "info", None) or {}).get("calibration", {}).get("temperature", 1.0)
+    return tempered(p, float(t))
 
 
 # --- the explanation -------------------------------------------------------------------------
@@ -222,7 +226,7 @@ class Explainer:
         per_method = {}
         for name, (method, concepts) in self.methods.items():
             ids = [int(k) for k in method.predict(np.concatenate(vecs))] if vecs else []
-            per_method[name] = (concepts, ids, concept_proba(method, pooled))
+            per_method[name] = (concepts, ids, concept_proba(method, pooled, concepts))
         return [self._explanation(texts[b], ps[b], preds[b], scores[b], salient[b], completeness[b],
                                   {n: (cs, ids[bounds[b] : bounds[b + 1]], proba[b]) for n, (cs, ids, proba) in
                                    per_method.items()}) for b in range(len(ps))]

@@ -33,6 +33,9 @@ REGISTRY: dict[str, "str | type[ConceptMethod]"] = {
 # What a build fits unless told otherwise: the SAE is an option (its cost is in the README).
 DEFAULT_METHODS = ("vqlc", "kmeans", "lacoat")
 N_CONCEPTS = 400  # concepts K of every method, as in the paper's lineage
+# prediction concepts of every method, fitted on the prediction rows beside the K word concepts
+# (`split.py`; chosen by measurement, bench/prediction_concepts.py); 0 is the paper's one set
+PREDICTION_CONCEPTS = 40
 METHOD_FILE = "method.json"
 WEIGHTS_FILE = "method.safetensors"
 FORMAT_VERSION = 2
@@ -182,6 +185,12 @@ class ConceptMethod:
         return cls(n_concepts=mcfg.n_concepts, seed=seed, **mcfg.options_of(cls.name))
 
     @classmethod
+    def for_predictions(cls, mcfg, seed: int, workdir: Path) -> "ConceptMethod":
+        """A fresh estimator for the prediction rows alone (`split.SplitConcepts`), with
+        `mcfg.n_concepts` prediction concepts: by default `from_config`."""
+        return cls.from_config(mcfg, seed, workdir)
+
+    @classmethod
     def fit_rows(cls, mcfg, store, fitset: np.ndarray) -> np.ndarray:
         """The store rows a build fits this method on: the shared fit set unless overridden."""
         return fitset
@@ -212,6 +221,15 @@ class ConceptMethod:
     def predict_proba(self, X) -> np.ndarray:
         """(N, n_concepts) probabilities of each concept for every row of X."""
         raise NotImplementedError
+
+    def predict_predictions(self, X) -> np.ndarray:
+        """Concept ids of prediction representations (pooled states): `predict`, as one concept set
+        serves every row (`split.SplitConcepts` gives them concepts of their own)."""
+        return self.predict(X)
+
+    def predict_proba_predictions(self, X) -> np.ndarray:
+        """(N, n_concepts) concept probabilities of prediction representations: `predict_proba`."""
+        return self.predict_proba(X)
 
     def transform(self, X) -> np.ndarray:
         """The vectors this method compares with its concepts: raw store vectors by default."""

@@ -101,7 +101,28 @@ def summarize(tokens: pd.DataFrame, assignments: np.ndarray, n_concepts: int, cl
             "purity": float(top / len(g)),
             "examples": json.dumps(ex),
         })
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    out["distinctive_words"], out["sentence_words"] = _distinctive_columns(df, groups, n_concepts, class_names, top_k)
+    return out
+
+
+def _distinctive_columns(df: pd.DataFrame, groups: dict, n_concepts: int, class_names, top_k: int):
+    """Per concept, as JSON: its member words' distinctive words and, for its prediction members,
+    the distinctive content words of their sentences (`naming`), both against all concepts."""
+    from vqlc_core.methods.naming import distinctive_content_words, distinctive_words
+
+    empty = pd.DataFrame(columns=df.columns)
+    word_docs = [[w.lower() for w in g.loc[g["kind"] == "word", "word"]] for g in
+                 (groups.get(k, empty) for k in range(n_concepts))]
+    words = distinctive_words(word_docs, top_k)
+    sentence_of = df[df["kind"] == "word"].groupby("text_id", sort=False)["word"].agg(" ".join)
+    docs = [" ".join(sentence_of.reindex(g.loc[g["kind"] == "pred", "text_id"]).dropna())
+            for g in (groups.get(k, empty) for k in range(n_concepts))]
+    with_pred = [k for k, d in enumerate(docs) if d]
+    sentences = [[] for _ in range(n_concepts)]
+    for k, w in zip(with_pred, distinctive_content_words([docs[k] for k in with_pred], top_k, class_names)):
+        sentences[k] = w
+    return [json.dumps(w) for w in words], [json.dumps(w) for w in sentences]
 
 
 @dataclass
@@ -207,17 +228,53 @@ class ConceptSet:
     def top_words(self, k: int, n: int = 10) -> list[tuple[str, int]]:
         return [tuple(x) for x in json.loads(self.summary.at[k, "top_words"])[:n]]
 
+    def distinctive_words(self, k: int, n: int = 10) -> list[tuple[str, float]]:
+        """Concept k's n most distinctive member words by class-based TF-IDF (`naming`); its top
+        words by frequency for a set summarised before they existed."""
+        if "distinctive_words" not in self.summary.columns:
+            return [(w, float(c)) for w, c in self.top_words(k, n)]
+        return [tuple(x) for x in json.loads(self.summary.at[k, "distinctive_words"])[:n]]
+
+    def sentence_words(self, k: int, n: int = 10) -> list[tuple[str, float]]:
+        """The n most distinctive content words of the sentences of concept k's prediction members."""
+        if "sentence_words" not in self.summary.columns:
+            return []
+        return [tuple(x) for x in json.loads(self.summary.at[k, "sentence_words"])[:n]]
+
+    def cloud_words(self, k: int) -> str:
+        """JSON [[word, weight], ...] a word cloud of concept k is drawn from: for a prediction
+        concept the distinctive words of its members' sentences, else its distinctive words (its
+        top words by frequency in a set summarised before they existed)."""
+        row = self.summary.loc[int(k)]
+        if "sentence_words" in self.summary.columns and int(row["size"]) and is_prediction_concept(row):
+            return str(row["sentence_words"])
+        return str(row["distinctive_words"] if "distinctive_words" in self.summary.columns else row["top_words"])
+
+    def name(self, k: int, n: int = 3) -> str:
+        """Concept k's name from its members, with no label or tag: a prediction concept (mostly
+        prediction rows) by its members' classes and their sentences' distinctive words ("mostly
+        positive (93%) · gorgeous, witty, moving"), any other by its distinctive words."""
+        from vqlc_core.methods.naming import class_phrase
+
+        row = self.summary.loc[k]
+        if int(row["size"]) and is_prediction_concept(row):
+            words = [w for w, _ in self.sentence_words(k, n)]
+            return class_phrase(json.loads(row["class_counts"])) + (" · " + ", ".join(words) if words else "")
+        words = [w for w, _ in self.distinctive_words(k, n)]
+        return ", ".join(words) if words else "(no train members)"
+
     def label(self, k: int, n: int = 3) -> str:
         """A short human name for concept k: its label (`vqlc label`, or one the user wrote, marked
-        '(edited)') when it has one, else the linguistic tag it is aligned with, marked 'from tags'
-        (`tag_alignment`), else its top `n` words."""
+        '(edited)') when it has one; for a prediction concept its `name` (its members' classes and
+        sentences); else the linguistic tag it is aligned with, marked 'from tags'
+        (`tag_alignment`), else its `name` (its `n` most distinctive words)."""
+        k = int(k)
         name = self.labels.name(k) if self.labels is not None else None
         if name:
             return f"c{k}: {name}"
-        if k in self.tag_names:
+        if k in self.tag_names and not is_prediction_concept(self.summary.loc[k]):
             return f"c{k}: {self.tag_names[k]}"
-        words = [w for w, _ in self.top_words(k, n)]
-        return f"c{k}: " + (", ".join(words) if words else "(prediction rows)")
+        return f"c{k}: {self.name(k, n)}"
 
     def save(self, path: str | Path) -> None:
         path = Path(path)

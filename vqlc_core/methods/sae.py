@@ -134,6 +134,14 @@ class SAEConcepts(ModuleMethod):
         return cls(n_concepts=o["latents"], k=o["k"], seed=seed,
                    checkpoint_dir=str(Path(workdir) / "checkpoint"))
 
+    @classmethod
+    def for_predictions(cls, mcfg, seed: int, workdir: Path) -> "SAEConcepts":
+        """An SAE of `mcfg.n_concepts` latents for the prediction rows (k capped below them)."""
+        o = mcfg.options_of("sae")
+        n = int(mcfg.n_concepts)
+        return cls(n_concepts=n, k=max(1, min(o["k"], n - 1)), seed=seed,
+                   checkpoint_dir=str(Path(workdir) / "checkpoint"))
+
     def _validate(self) -> None:
         if not 1 <= self.k < self.n_concepts:
             raise RunError(f"The SAE needs 1 <= k < latents, got k = {self.k} and {self.n_concepts} latents; "

@@ -139,7 +139,7 @@ def shown_concepts(explanation: dict, method: str, n_prediction: int = 1) -> lis
     out: dict[int, dict] = {}
     for c in m["prediction_concepts"][:n_prediction]:
         out[c["concept"]] = {"concept": c["concept"], "label": c["label"],
-                             "why": f"prediction concept (p = {c['probability']:.2f})"}
+                             "why": f"prediction concept (p = {c['probability']:.2f}, calibrated)"}
     for s in explanation["salient"]:
         c = s["concepts"][method]
         if c["concept"] in out:
@@ -227,10 +227,9 @@ def precompute_clouds(run, method: str, n: int | None = None) -> int:
     the Concepts grid's order; all when None), so no page draws one on a first visit. Returns how
     many were drawn now (a cloud already stored is kept). Meant for the build's `maps` stage."""
     cs = run.concept_set(method)
-    summary = cs.summary
     drawn = 0
     for k in cs.used_ids()[:n]:
-        words = summary.at[k, "top_words"]
+        words = cs.cloud_words(k)
         if not cloud_path(run.dir, method, k, words).exists():
             drawn += concept_cloud(run.dir, method, k, words) is not None
     return drawn
@@ -249,9 +248,9 @@ def precompute_example(run, text: str = EXAMPLE) -> dict:
     ex = run.explainer(methods).explain(text).to_dict()
     write_json(run.dir / EXAMPLE_FILE, {"text": text, "explanation": ex})
     for m in methods:
-        summary = run.concept_set(m).summary
+        cs = run.concept_set(m)
         for c in shown_concepts(ex, m):
-            concept_cloud(run.dir, m, c["concept"], summary.at[c["concept"], "top_words"])
+            concept_cloud(run.dir, m, c["concept"], cs.cloud_words(c["concept"]))
     return ex
 
 

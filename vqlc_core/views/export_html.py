@@ -198,7 +198,7 @@ def render(run, method: str | None = None, concepts=None, progress: Progress | N
         row = cs.summary.loc[k]
         by_sentence = is_prediction_concept(row)  # shown by its sentences, as on the dashboard
         sentences = prediction_examples(texts, row)
-        uri = None if by_sentence else cloud_uri(run.dir, method, k, row["top_words"])
+        uri = None if by_sentence else cloud_uri(run.dir, method, k, cs.cloud_words(k))
         if uri:
             styles.append(f'.w{k}{{background-image:url("{uri}")}}')
         cards.append(card_html(cs, k, uri is not None, sentences if by_sentence else [], tags))
