@@ -26,6 +26,7 @@ rd, sp = str(run.dir), vqlc_ui.stamp(run)
 with vqlc_ui.guard():
     ex = vqlc_ui.explain(rd, sp, text)
 st.markdown(f"Prediction **{ex['prediction']}** (confidence {ex['confidence']:.3f})")
+st.caption(browse.PROBABILITY_HELP)
 
 methods = run.methods_built()  # in registry order
 for col, m in zip(st.columns(len(methods)), methods):

@@ -8,11 +8,7 @@ import html
 import streamlit as st
 
 import vqlc_ui
-from vqlc_core.methods.calibration import WHAT
 from vqlc_core.views import browse
-
-PROBABILITY_HELP = (f"p: the concept's probability, {WHAT}; its temperature was fitted on the dev split (the "
-                    "reliability table is in the run's measures and `vqlc report`).")
 
 run, method = vqlc_ui.sidebar(need=("classifier",))
 st.title("Explain a prediction")
@@ -42,8 +38,9 @@ cols = st.columns(2)
 with cols[0]:
     ablated = vqlc_ui.ablation_panel(run, method, text, ex)
 with cols[1]:
-    st.markdown("**Prediction representation: top concepts**", help=PROBABILITY_HELP)
+    st.markdown("**Prediction representation: top concepts**", help=browse.PROBABILITY_HELP)
     st.dataframe(ex["methods"][method]["prediction_concepts"], hide_index=True, column_config={
-        "probability": st.column_config.NumberColumn("p (calibrated)", format="%.2f", help=PROBABILITY_HELP)})
+        "probability": st.column_config.NumberColumn("p (calibrated)", format="%.2f", help=browse.PROBABILITY_HELP)})
+    st.caption(browse.PROBABILITY_HELP)
     vqlc_ui.prediction_concept(run, method, ex)
     vqlc_ui.pin_button(run, method, text, key="pin_explain", ablated=ablated)

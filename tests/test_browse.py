@@ -210,12 +210,12 @@ def test_the_build_stores_the_example_explanation_that_the_explainer_gives_live(
     assert [s["word"] for s in stored["salient"]] == [s["word"] for s in live["salient"]]
     for m in run.methods_built():
         assert stored["methods"][m]["word_concepts"] == live["methods"][m]["word_concepts"]
-        summary = run.concept_set(m).summary
+        cs = run.concept_set(m)
         for c in browse.shown_concepts(stored, m):  # the page's cards open without drawing
-            words = summary.at[c["concept"], "top_words"]
+            words = cs.cloud_words(c["concept"])
             assert not json.loads(words) or cloud_path(run.dir, m, c["concept"], words).exists()
-        for k in run.concept_set(m).used_ids():  # every cloud: no page or HTML export draws one
-            words = summary.at[k, "top_words"]
+        for k in cs.used_ids():  # every cloud: no page or HTML export draws one
+            words = cs.cloud_words(k)
             assert not json.loads(words) or cloud_path(run.dir, m, k, words).exists(), (m, k)
 
 

@@ -111,3 +111,16 @@ def test_the_number_shown_on_the_apptest_run_is_a_probability_calibrated_on_dev(
         assert cal["n_dev"] == int(((apptest_run.store.tokens["kind"] == "pred")
                                     & (apptest_run.store.tokens["split"] == "dev")).sum())
         assert cal["ece_calibrated"] <= cal["ece_raw"] + 1e-9
+
+
+def test_every_method_builds_its_prediction_set_with_the_prediction_concepts_asked(tmp_path):
+    from vqlc_core.build.config import MethodsConfig
+    from vqlc_core.methods.split import build_method
+
+    mcfg = MethodsConfig.of(n_concepts=30, prediction_concepts=8, sae_latents=64, sae_k=16)
+    for name in ("vqlc", "kmeans", "lacoat", "sae"):
+        m = build_method(name, mcfg, 0, tmp_path / name)
+        assert isinstance(m, SplitConcepts) and m.predictions.n_concepts == 8, name
+        assert m.words.n_concepts == (64 if name == "sae" else 30)
+    assert build_method("sae", mcfg, 0, tmp_path).predictions.k == 7  # TopK stays below the latents
+    assert not isinstance(build_method("kmeans", MethodsConfig.of(prediction_concepts=0), 0, tmp_path), SplitConcepts)

@@ -202,7 +202,7 @@ def test_the_comparison_measures_every_method_of_the_run_alike(apptest_run, sae,
     r = result["methods"]
     assert set(r) == {"vqlc", "kmeans", "lacoat", "sae"}
     for m in ("vqlc", "kmeans", "lacoat"):
-        assert r[m]["l0"] == 1.0 and r[m]["n_features"] == 20
+        assert r[m]["l0"] == 1.0 and r[m]["n_features"] == 20  # the word concepts: no prediction concept fires on words
         assert r[m]["dev_r2"] == r[m]["dev_centroid_r2"]
     assert 1.0 < r["sae"]["l0"] <= 8.0
     # The mean share of test sentences a feature fires on is the mean number of distinct

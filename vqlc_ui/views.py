@@ -87,8 +87,7 @@ def concept_view(run: Run, method: str, k: int) -> None:
             fig = px.bar(dist, x="class", y="count", title="Class distribution", height=260)
             st.plotly_chart(fig, width="stretch", key=f"dist_{method}_{k}")
     with right:
-        top = ", ".join(f"{w} ({n})" for w, n in cs.top_words(k, 15)) or "none (prediction rows only)"
-        st.markdown(f"**Top words**: {html.escape(top)}")
+        st.markdown(browse.words_markdown(cs, k))
         if top_activations(rd, sp, method) is not None:
             feature_activations(run, method, k)
             return

@@ -67,7 +67,7 @@ def all_member_contexts(texts: pd.DataFrame, tokens: pd.DataFrame, assignments: 
     chosen = np.concatenate([np.zeros(0, dtype=np.int64), *picked.values()])
     needed = np.flatnonzero(is_word & np.isin(tid, tid[chosen]))
     needed = needed[np.lexsort((wi[needed], tid[needed]))]  # each text's words in word order
-    starts = np.flatnonzero(np.r_[True, tid[needed][1:] != tid[needed][:-1]])
+    starts = np.flatnonzero(np.r_[True, tid[needed][1:] != tid[needed][:-1]]) if len(needed) else needed
     text_of = texts.set_index("text_id")["text"]
     spans = {}
     for a, b in zip(starts, np.r_[starts[1:], len(needed)]):

@@ -167,7 +167,7 @@ def _batch(explainer: Explainer, batch: list[str], text_index: list[int], seed: 
     bank_single = [unit_energy(hp[b], bank) for b in range(B)] if bank is not None else None
     everywhere = np.ones(len(bank), bool) if bank is not None else None
     for name, (method, cs) in explainer.methods.items():
-        k_pred = method.predict_predictions(pooled.numpy())
+        k_pred = (getattr(method, "predict_predictions", None) or method.predict)(pooled.numpy())
         c = _concept_arrays(cs)
         pred_c, pred_u, words_c, rand_c = [], [], [], []
         m_pred_c, m_pred_d, m_words_c, m_words_d = [], [], [], []

@@ -107,7 +107,7 @@ def method_comparison(run, name: str, method, cs, seed: int = 0) -> dict:
     store, texts = run.store, run.texts
     tokens = store.tokens
     rows, feats = row_features(method, cs, store)
-    K = int(cs.n_concepts)
+    K = int(getattr(method, "n_word_concepts", cs.n_concepts))  # features of words: not the prediction concepts
     fired = np.bincount(feats, minlength=K)[:K] > 0
     test_word = ((tokens["split"] == "test") & (tokens["kind"] == "word")).to_numpy()
     on_test_words = test_word[rows]

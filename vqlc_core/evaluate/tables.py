@@ -153,6 +153,7 @@ def concepts_table(run) -> str:
         rows.append({
             "method": display_name(name),
             "test prediction concepts": v.get("test_prediction_distinct"),
+            "in a concept of mostly predictions": _num(v.get("test_prediction_mostly_predictions"), 2),
             "their purity": _num(v.get("test_prediction_purity"), 2),
             "largest share": _num(v.get("test_prediction_largest_share"), 2),
             "dev R² (concept vector)": _num(v.get("dev_centroid_r2")),
@@ -164,6 +165,23 @@ def concepts_table(run) -> str:
             "peak MB": _num(v.get("peak_rss_mb"), 0),
         })
     return _md(pd.DataFrame(rows))
+
+
+def calibration_table(run) -> str:
+    """Per method, the reliability on dev of the probability shown beside a prediction concept
+    (`methods/calibration.py`): per bin of the shown probability, dev predictions, its mean and
+    the mean share of their nearest train predictions in that concept; ECE before and after."""
+    m = read_json(run.dir / "eval" / "measures.json")["methods"]
+    rows = []
+    for name, v in m.items():
+        cal = v.get("calibration") or {}
+        for r in cal.get("reliability_calibrated", []):
+            rows.append({"method": display_name(name), "shown p": f"{r['low']:.1f}–{r['high']:.1f}",
+                         "dev predictions": r["n"], "mean shown p": _num(r["mean_p"], 3) if r["n"] else "–",
+                         "share of nearest train predictions in it": _num(r["observed"], 3) if r["n"] else "–",
+                         "ECE raw → calibrated": f"{_num(cal['ece_raw'], 3)} → {_num(cal['ece_calibrated'], 3)}",
+                         "temperature": _num(cal["temperature"], 3)})
+    return _md(pd.DataFrame(rows)) if rows else ""
 
 
 def run_tables(run, align_threshold: float = ALIGN_THRESHOLD) -> str:
@@ -179,6 +197,7 @@ def run_tables(run, align_threshold: float = ALIGN_THRESHOLD) -> str:
              "Against energy-matched controls, per predicted class:", matched_table(run, by_class=True),
              "Faithfulness per predicted class:", by_class_table(run),
              "Paired differences (same sentences and seeds):", paired_table(run), "Concepts:", concepts_table(run),
+             "The probability shown beside a prediction concept, its reliability on dev:", calibration_table(run),
              alignment_markdown(run, align_threshold)]
     return "\n\n".join(p for p in parts if p) + "\n"
 

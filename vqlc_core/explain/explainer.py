@@ -28,7 +28,8 @@ TOP_CONCEPTS = 5
 def concept_proba(method, X: np.ndarray, concepts=None) -> np.ndarray:
     """(N, K) concept probabilities of prediction representations X (N, d) under a concept
     method, tempered as its concept set's calibration says (`calibration`; none: as they are)."""
-    p = np.asarray(method.predict_proba_predictions(np.asarray(X, dtype=np.float32)), dtype=np.float32)
+    proba = getattr(method, "predict_proba_predictions", None) or method.predict_proba  # a method of one set
+    p = np.asarray(proba(np.asarray(X, dtype=np.float32)), dtype=np.float32)
     t = (getattr(concepts, "info", None) or {}).get("calibration", {}).get("temperature", 1.0)
     return tempered(p, float(t))
 

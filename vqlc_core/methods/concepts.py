@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from vqlc_core.base.runio import RunError, read_json, read_npy, read_parquet, write_json, write_npy, write_parquet
+from vqlc_core.methods.naming import class_phrase, distinctive_content_words, distinctive_words
 
 
 # What a concept's vector is, by name. Every definition is kept with the set (extra
@@ -109,8 +110,6 @@ def summarize(tokens: pd.DataFrame, assignments: np.ndarray, n_concepts: int, cl
 def _distinctive_columns(df: pd.DataFrame, groups: dict, n_concepts: int, class_names, top_k: int):
     """Per concept, as JSON: its member words' distinctive words and, for its prediction members,
     the distinctive content words of their sentences (`naming`), both against all concepts."""
-    from vqlc_core.methods.naming import distinctive_content_words, distinctive_words
-
     empty = pd.DataFrame(columns=df.columns)
     word_docs = [[w.lower() for w in g.loc[g["kind"] == "word", "word"]] for g in
                  (groups.get(k, empty) for k in range(n_concepts))]
@@ -254,8 +253,6 @@ class ConceptSet:
         """Concept k's name from its members, with no label or tag: a prediction concept (mostly
         prediction rows) by its members' classes and their sentences' distinctive words ("mostly
         positive (93%) · gorgeous, witty, moving"), any other by its distinctive words."""
-        from vqlc_core.methods.naming import class_phrase
-
         row = self.summary.loc[k]
         if int(row["size"]) and is_prediction_concept(row):
             words = [w for w, _ in self.sentence_words(k, n)]

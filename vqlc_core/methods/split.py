@@ -20,6 +20,7 @@ import numpy as np
 
 from vqlc_core.base.runio import RunError, read_json, write_json
 from vqlc_core.methods.base import ConceptMethod, method_class
+from vqlc_core.methods.metrics import perplexity_from_counts
 
 SPLIT_FILE = "split.json"
 PARTS = ("words", "predictions")
@@ -98,8 +99,6 @@ class SplitConcepts:
 
     def score_store(self, store, rows: np.ndarray | None = None, batch_size: int = 8192) -> dict:
         """Concept perplexity and dead concepts over store `rows`, each row scored by its own part."""
-        from vqlc_core.methods.metrics import perplexity_from_counts
-
         rows = np.arange(store.n_rows) if rows is None else np.unique(np.asarray(rows, dtype=np.int64))
         pred = prediction_mask(store, rows)
         counts = np.zeros(self.n_concepts, dtype=np.int64)

@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from vqlc_core.methods.concepts import word_share
+from vqlc_core.methods.calibration import WHAT as PROBABILITY_MEANS
+from vqlc_core.methods.concepts import is_prediction_concept, word_share
 from vqlc_core.base.runio import read_json, write_json
 from vqlc_core.methods.concepts import train_mask
 from vqlc_core.views.wordclouds import cloud_path, concept_cloud
@@ -101,6 +102,22 @@ def mostly_words_message(cs, k: int) -> str | None:
             "prediction poorly.")
 
 
+def words_markdown(cs, k: int, n: int = 15) -> str:
+    """Concept k's words as Markdown (text escaped): its distinctive words (class-based TF-IDF,
+    `naming`), for a concept with prediction members the distinctive words of their sentences,
+    and its top words with their counts, which the name does not use but which stay in view."""
+    lines = []
+    sentence = ", ".join(w for w, _ in cs.sentence_words(k, n))
+    if sentence:
+        lines.append(f"**Distinctive words of its sentences**: {html.escape(sentence)}")
+    distinct = ", ".join(w for w, _ in cs.distinctive_words(k, n)) if int(cs.summary.at[k, "size"]) else ""
+    if distinct and not is_prediction_concept(cs.summary.loc[k]):
+        lines.append(f"**Distinctive words** (class-based TF-IDF): {html.escape(distinct)}")
+    top = ", ".join(f"{w} ({c})" for w, c in cs.top_words(k, n)) or "none (prediction rows only)"
+    lines.append(f"**Top words** (by count): {html.escape(top)}")
+    return "  \n".join(lines)
+
+
 def page_count(n_items: int, per_page: int) -> int:
     """Pages needed to show `n_items` at `per_page` a page; at least one (an empty grid is a page)."""
     return max(1, -(-int(n_items) // int(per_page)))
@@ -130,6 +147,10 @@ def cost_table(measures: dict) -> pd.DataFrame:
 
 
 # --- the explanation side ----------------------------------------------------------------------
+
+# What the number beside a prediction concept is, in the pages' help.
+PROBABILITY_HELP = (f"p: the prediction concept's probability, {PROBABILITY_MEANS}; the method's own probabilities "
+                    "tempered with the temperature fitted on the dev split (its reliability table is in `vqlc report`).")
 
 def shown_concepts(explanation: dict, method: str, n_prediction: int = 1) -> list[dict]:
     """The concepts an explanation puts forward for one method, each once: the prediction
