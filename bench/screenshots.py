@@ -29,6 +29,8 @@ def main() -> None:
     ap.add_argument("--url", default="http://127.0.0.1:8765", help="the dashboard's address")
     ap.add_argument("--out", default="docs/screenshots", help="folder for the PNG files")
     ap.add_argument("--pages", nargs="+", default=["explain", "compare"], help="pages to shoot")
+    ap.add_argument("--height", type=int, default=2000, help="the window's height in pixels (Streamlit scrolls "
+                    "inside the page, so this is how much of it a shot shows)")
     ap.add_argument("--method", default="vqlc", help="the Explain page's method (default: vqlc)")
     args = ap.parse_args()
     from playwright.sync_api import sync_playwright
@@ -37,7 +39,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS, headless=True)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page = browser.new_page(viewport={"width": 1400, "height": args.height})
         for run in args.runs:
             for name in args.pages:
                 for kind, text in SENTENCES.items():

@@ -50,7 +50,26 @@ def method_measures(run, method, cs) -> dict:
     out.update({f"dev_{k}": v for k, v in method.score_store(store, dev).items()})
     out["dev_centroid_r2"] = float(centroid_r2(store, dev, a, cs.vectors))
     out.update({f"test_prediction_{k}": v for k, v in prediction_concepts(cs, store.tokens).items()})
+    if run.tags is not None and "predicted" in run.tags.columns:
+        out["test_prediction_predicted_purity"] = predicted_purity(cs, store.tokens, run.tags["predicted"])
     return out
+
+
+def predicted_purity(cs, tokens, predicted, split: str = "test") -> float:
+    """How the prediction representations of `split` fall into concepts, by what the model
+    predicted: per concept, the share of its train prediction rows of its most common predicted
+    class, weighted by the split's prediction rows in it (`prediction_concepts` gives the purity by
+    true labels, which the model's own errors on train texts bound)."""
+    kind, part = tokens["kind"].to_numpy(), tokens["split"].to_numpy()
+    a, pred = np.asarray(cs.assignments), np.asarray(predicted.astype(str))
+    rows = np.flatnonzero((kind == "pred") & (part == split))
+    train = np.flatnonzero((kind == "pred") & (part == "train"))
+    if len(rows) == 0 or len(train) == 0:
+        return float("nan")
+    table = pd.crosstab(a[train], pred[train])
+    share = (table.max(1) / table.sum(1)).reindex(np.unique(a[rows])).fillna(0.0)
+    ids, counts = np.unique(a[rows], return_counts=True)
+    return float(np.average(share.loc[ids].to_numpy(), weights=counts))
 
 
 def seed_agreement(run, method: str) -> dict:

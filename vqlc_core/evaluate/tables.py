@@ -155,6 +155,7 @@ def concepts_table(run) -> str:
             "test prediction concepts": v.get("test_prediction_distinct"),
             "in a concept of mostly predictions": _num(v.get("test_prediction_mostly_predictions"), 2),
             "their purity": _num(v.get("test_prediction_purity"), 2),
+            "by predicted class": _num(v.get("test_prediction_predicted_purity"), 2),
             "largest share": _num(v.get("test_prediction_largest_share"), 2),
             "dev R² (concept vector)": _num(v.get("dev_centroid_r2")),
             "dev R² (decoder)": _num(v.get("dev_r2")) if "dev_r2" in v else "–",

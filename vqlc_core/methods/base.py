@@ -35,7 +35,7 @@ DEFAULT_METHODS = ("vqlc", "kmeans", "lacoat")
 N_CONCEPTS = 400  # concepts K of every method, as in the paper's lineage
 # prediction concepts of every method, fitted on the prediction rows beside the K word concepts
 # (`split.py`; chosen by measurement, bench/prediction_concepts.py); 0 is the paper's one set
-PREDICTION_CONCEPTS = 40
+PREDICTION_CONCEPTS = 20
 METHOD_FILE = "method.json"
 WEIGHTS_FILE = "method.safetensors"
 FORMAT_VERSION = 2
