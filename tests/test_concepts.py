@@ -91,7 +91,7 @@ def test_a_concept_set_holds_the_mean_state_of_each_concepts_members(table):
     cs = ConceptSet.from_assignments("kmeans", ArrayStore(x, tokens, chunk_rows=4), assignments, 4, CLASSES)
     assert np.allclose(cs.vectors[0], x[assignments == 0].mean(axis=0))
     assert np.allclose(cs.vectors[2], 0.0)  # no members
-    assert cs.label(0) == "c0: good" and cs.label(3) == "c3: mostly negative (66%) · good, bad, film"
+    assert cs.label(0) == "c0: good" and cs.label(3) == "c3: mostly negative (66%) · good"
 
 
 def split_store(x: np.ndarray, splits: list[str], assignments: np.ndarray, chunk_rows: int = 3) -> ArrayStore:

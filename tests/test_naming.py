@@ -23,6 +23,8 @@ def test_class_tfidf_equals_a_hand_computation():
     want = [[3 / 4 * math.log(1 + A / f["the"]), 1 / 4 * math.log(1 + A / f["good"]), 0.0],
             [3 / 5 * math.log(1 + A / f["the"]), 0.0, 2 / 5 * math.log(1 + A / f["bad"])]]
     assert np.allclose(got, want)
+    reduced = class_tfidf(np.array([[3, 1, 0], [3, 0, 2]]), reduce_frequent_words=True).toarray()
+    assert np.allclose(reduced[0, :2], [math.sqrt(3 / 4) * math.log(1 + A / 6), math.sqrt(1 / 4) * math.log(1 + A / 1)])
 
 
 def test_a_word_frequent_everywhere_weighs_less_than_a_word_of_one_concept():
@@ -32,12 +34,14 @@ def test_a_word_frequent_everywhere_weighs_less_than_a_word_of_one_concept():
 
 
 def test_content_words_of_sentences_leave_out_stop_words_short_tokens_numbers_and_class_names():
-    docs = ["the film is a gorgeous , witty piece : positive 10 / 10 x", "the film is a dull , dull mess"]
+    docs = ["the film is a gorgeous , witty piece : positive 10 / 10 x", "the film doesn't work : a dull , dull , dull mess"]
     got = [[w for w, _ in d] for d in distinctive_content_words(docs, 5, exclude=("positive", "negative"))]
-    assert set(got[0]) == {"gorgeous", "witty", "piece", "film"} and set(got[1]) == {"dull", "mess", "film"}
+    assert set(got[0]) == {"gorgeous", "witty", "piece", "film"}  # no word three times: all of them
     assert got[0][0] == "gorgeous"  # ties with witty and piece: alphabetical; film is in both documents
     assert got[0][-1] == "film"
-    assert got[1][0] == "dull"  # twice, and only here
+    assert got[1] == ["dull"]  # the one word held three times; "doesn" and "work" once, "mess" once
+    once = [[w for w, _ in d] for d in distinctive_content_words(docs, 5, min_count=1)]
+    assert "doesn" not in once[1] and set(once[1]) == {"dull", "mess", "film", "work"}
 
 
 def test_class_phrase_says_mostly_or_mixed():
@@ -52,10 +56,11 @@ def test_content_words_read_a_label_after_its_class_phrase():
 
 
 def test_the_summary_names_prediction_concepts_by_their_sentences():
-    # texts 0 and 1 are positive sentences, text 2 a negative one; concept 2 holds the predictions
-    # of texts 0 and 1, concept 3 that of text 2
+    # texts 0, 1 and 3 are positive sentences, text 2 a negative one; concept 2 holds the
+    # predictions of texts 0, 1 and 3, concept 3 that of text 2
     rows = [(0, 0, "a", 1, 0), (0, 1, "gorgeous", 1, 1), (0, 2, "film", 1, 1), (0, -1, "[PRED]", 1, 2),
             (1, 0, "gorgeous", 1, 1), (1, 1, "acting", 1, 1), (1, -1, "[PRED]", 1, 2),
+            (3, 0, "gorgeous", 1, 1), (3, -1, "[PRED]", 1, 2),
             (2, 0, "a", 0, 0), (2, 1, "dull", 0, 1), (2, 2, "film", 0, 0), (2, -1, "[PRED]", 0, 3)]
     tokens = pd.DataFrame([(t, i, w, "pred" if i < 0 else "word", y) for t, i, w, y, _ in rows],
                           columns=["text_id", "word_index", "word", "kind", "label"])
@@ -63,9 +68,9 @@ def test_the_summary_names_prediction_concepts_by_their_sentences():
     s = summarize(tokens, np.array([c for *_, c in rows]), 4, ["negative", "positive"])
     sent = [json.loads(x) for x in s["sentence_words"]]
     assert sent[0] == [] and sent[1] == []  # word concepts have no prediction members
-    assert [w for w, _ in sent[2]][0] == "gorgeous" and "dull" not in [w for w, _ in sent[2]]
-    assert [w for w, _ in sent[3]][0] == "dull"
-    assert [w for w, _ in json.loads(s.at[1, "distinctive_words"])][0] == "gorgeous"  # 2 of its 5 words
+    assert [w for w, _ in sent[2]] == ["gorgeous"]  # the one word its sentences hold three times
+    assert [w for w, _ in sent[3]] == ["dull", "film"]  # none three times: dull is in it alone
+    assert [w for w, _ in json.loads(s.at[1, "distinctive_words"])][0] == "gorgeous"  # 3 of its 6 words
 
 
 @pytest.mark.slow

@@ -205,6 +205,7 @@ def stage_method(run, name: str) -> dict:
                                          centres=method.concept_centres(store, rows),
                                          vectors=cfg.methods.concept_vectors)
         cs.info["calibration"] = calibrate(store, method, assignments, cs.n_concepts)
+        shutil.rmtree(workdir / "model", ignore_errors=True)  # a split model and a single one save differently
         method.save(workdir / "model")
         cs.save(workdir)
         for sub in ("", "words", "predictions"):

@@ -17,26 +17,45 @@ from sklearn.preprocessing import normalize
 
 # a content word of a sentence: two or more letters (no digits, punctuation or one-letter tokens)
 CONTENT_TOKEN = r"(?u)\b[^\W\d_]{2,}\b"
+# scikit-learn's English stop words and what tokenizers leave of contractions ("doesn't" -> doesn 't)
+STOP_WORDS = ENGLISH_STOP_WORDS | {"doesn", "didn", "don", "isn", "wasn", "weren", "aren", "couldn", "wouldn",
+                                   "shouldn", "hasn", "haven", "hadn", "won", "ain", "ll", "ve", "re"}
+MIN_COUNT = 3  # times a concept's sentences hold a word for it to name them
 
 
-def class_tfidf(counts) -> sparse.csr_matrix:
+def class_tfidf(counts, reduce_frequent_words: bool = False) -> sparse.csr_matrix:
     """(C, V) c-TF-IDF weights of a (C, V) count matrix, one row per concept: each row's counts
-    as shares of the row (L1), times log(1 + A / f) with A the mean row total and f each
-    column's total (a column nobody uses weighs 0)."""
-    X = sparse.csr_matrix(counts, dtype=np.float64)
+    as shares of the row (L1; their square roots with `reduce_frequent_words`, as BERTopic's
+    option of that name), times log(1 + A / f) with A the mean row total and f each column's
+    total (a column nobody uses weighs 0)."""
+    X = _canonical(counts)
     f = np.asarray(X.sum(axis=0)).ravel()
     A = float(X.sum()) / max(X.shape[0], 1)
     idf = np.log1p(np.divide(A, f, out=np.zeros_like(f), where=f > 0))
-    return sparse.csr_matrix(normalize(X, norm="l1", axis=1) @ sparse.diags(idf))
+    tf = normalize(X, norm="l1", axis=1)
+    return sparse.csr_matrix((tf.sqrt() if reduce_frequent_words else tf) @ sparse.diags(idf))
 
 
-def _top(weights: sparse.csr_matrix, counts: sparse.csr_matrix, vocab: np.ndarray, n: int) -> list[list]:
-    """Per row, its n heaviest words as [word, weight] (ties: the more frequent, then alphabetical)."""
+def _canonical(counts) -> sparse.csr_matrix:
+    """A CSR copy with sorted indices (CountVectorizer leaves them unsorted after it orders its
+    vocabulary, and row slices of such a matrix are not to be trusted)."""
+    out = sparse.csr_matrix(counts, dtype=np.float64, copy=True)
+    out.sum_duplicates()
+    out.sort_indices()
+    return out
+
+
+def _top(weights: sparse.csr_matrix, counts: sparse.csr_matrix, vocab: np.ndarray, n: int,
+         min_count: int = 1) -> list[list]:
+    """Per row, its n heaviest words as [word, weight] (ties: the more frequent, then
+    alphabetical), among the words it holds at least `min_count` times (all of them when none does)."""
     out = []
     for i in range(weights.shape[0]):
         lo, hi = weights.indptr[i], weights.indptr[i + 1]
         cols, w = weights.indices[lo:hi], weights.data[lo:hi]
-        c = np.asarray(counts[i, cols].todense()).ravel() if len(cols) else np.zeros(0)
+        c = np.asarray(counts[i].toarray()).ravel()[cols]
+        if (c >= min_count).any():
+            cols, w, c = cols[c >= min_count], w[c >= min_count], c[c >= min_count]
         order = np.lexsort((vocab[cols], -c, -w))[:n]
         out.append([[str(vocab[cols[j]]), round(float(w[j]), 6)] for j in order if w[j] > 0])
     return out
@@ -49,20 +68,24 @@ def distinctive_words(docs: list[list[str]], n: int = 30) -> list[list]:
         return [[] for _ in docs]
     cv = CountVectorizer(analyzer=lambda words: words, lowercase=False)
     counts = cv.fit_transform(docs)
-    return _top(class_tfidf(counts), sparse.csr_matrix(counts), cv.get_feature_names_out(), n)
+    return _top(class_tfidf(counts), _canonical(counts), cv.get_feature_names_out(), n)
 
 
-def distinctive_content_words(docs: list[str], n: int = 30, exclude=()) -> list[list]:
+def distinctive_content_words(docs: list[str], n: int = 30, exclude=(), min_count: int = MIN_COUNT) -> list[list]:
     """Per document (the sentences of a concept's prediction members, one string), its n most
-    distinctive content words (`CONTENT_TOKEN`, no English stop word, none of `exclude`, e.g. the
-    class names) by `class_tfidf` against all the documents, as [word, weight] lists."""
-    stop = sorted(ENGLISH_STOP_WORDS | {str(w).lower() for w in exclude})
+    distinctive content words (`CONTENT_TOKEN`, no English stop word or contraction fragment, none
+    of `exclude`, e.g. the class names) by `class_tfidf` against all the documents, frequent words
+    reduced (a word in every sentence would otherwise name every concept: "film, movie"), among
+    the words a document holds at least `min_count` times (a name it holds once names no group),
+    as [word, weight] lists."""
+    stop = sorted(STOP_WORDS | {str(w).lower() for w in exclude})
     cv = CountVectorizer(token_pattern=CONTENT_TOKEN, lowercase=True, stop_words=stop)
     try:
         counts = cv.fit_transform(docs)
     except ValueError:  # no content word in any document
         return [[] for _ in docs]
-    return _top(class_tfidf(counts), sparse.csr_matrix(counts), cv.get_feature_names_out(), n)
+    return _top(class_tfidf(counts, reduce_frequent_words=True), _canonical(counts),
+                cv.get_feature_names_out(), n, min_count)
 
 
 def class_phrase(class_counts: dict, mostly: float = 0.6) -> str:
@@ -85,6 +108,6 @@ def content_words(label: str, exclude=()) -> list[str]:
 
     body = label.split(": ", 1)[-1]
     body = body.split(" · ", 1)[1] if " · " in body else body
-    stop = ENGLISH_STOP_WORDS | {str(w).lower() for w in exclude}
+    stop = STOP_WORDS | {str(w).lower() for w in exclude}
     return [w for w in (t.strip().lower() for t in body.split(","))
             if re.fullmatch(CONTENT_TOKEN, w) and w not in stop]
