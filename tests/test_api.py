@@ -26,7 +26,7 @@ def test_the_readmes_python_example_runs_on_a_run_named_default(apptest_run, tmp
     exec(compile(readme_block(), "README.md", "exec"), {})
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[0] in apptest_run.class_names
-    assert out[1].startswith("VQLC prediction concept ") and "p = " in out[1]
+    assert re.match(r"VQLC prediction concept c\d+: (mostly|mixed) .* p = ", out[1]), out[1]  # named by its members
     assert out[3].startswith("confidence change ")
     assert re.fullmatch(r"\(1, \d+, 384\)", out[4])  # MiniLM's width at the run's layer
 

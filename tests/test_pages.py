@@ -151,7 +151,7 @@ def test_the_top_concepts_table_has_one_column_order_for_the_example_and_a_typed
     assert precomputed_explanation(cache_env.dir, EXAMPLE), "the build stored no example: nothing to compare"
     example = rendered(page("explain"), "explain (example)").dataframe[0].value
     typed = rendered(page("explain", text=SENTENCE), "explain (typed)").dataframe[0].value
-    assert list(example.columns) == list(typed.columns) == ["concept", "label", "probability"]
+    assert list(example.columns) == list(typed.columns) == ["concept", "probability", "label"]
 
 
 @pytest.mark.slow

@@ -139,7 +139,7 @@ def _explain(run_dir: str, _stamp: int, text: str) -> dict:
 
 # The fields of a prediction concept in the order tables show them: the build's stored example
 # (JSON with sorted keys) and a live explanation must not show their columns in different orders.
-PREDICTION_FIELDS = ("concept", "label", "probability")
+PREDICTION_FIELDS = ("concept", "probability", "label")  # the number before the long name, in view
 
 
 def _in_field_order(concept: dict) -> dict:
