@@ -13,7 +13,7 @@ import pandas as pd
 from vqlc_core.evaluate.faithfulness import PREDICTION, SALIENT, TARGETS
 from vqlc_core.evaluate.tag_alignment import ALIGN_THRESHOLD, alignment_markdown
 from vqlc_core.base.runio import RunError, read_json, read_parquet
-from vqlc_core.methods.base import display_name
+from vqlc_core.methods.base import display_name, method_class
 
 
 
@@ -50,8 +50,13 @@ def summary_line(run) -> str:
     ig_text = (f" Integrated Gradients: {ig['steps']} steps, completeness error {100 * ig['completeness_error_mean']:.3f}% "
                f"mean, {100 * ig['completeness_error_max']:.3f}% max over {ig['n']} test sentences."
                if ig.get("n") else "")
+    built = [m for m in run.methods_built() if not method_class(m).encodes  # an SAE has its own latent count
+             and (run.dir / "methods" / m / "concepts.json").exists()]
+    extra = (read_json(run.dir / "methods" / built[0] / "concepts.json")["n_concepts"] - cfg.methods.n_concepts
+             if built else 0)  # as built: a run built before prediction concepts existed has none
+    kp = f" + {extra} prediction concepts" if extra > 0 else " (one set for words and predictions)"
     return (f"**{run.dir.name}**: {cfg.extract.model}, layer {run.layer}, {run.manifest.data.get('pooling')} pooling, "
-            f"{cfg.data.dataset} ({run.store.n_rows:,} rows), {tuned}; K = {cfg.methods.n_concepts}, "
+            f"{cfg.data.dataset} ({run.store.n_rows:,} rows), {tuned}; K = {cfg.methods.n_concepts}{kp}, "
             f"{len(seeds)} seed{'s' if len(seeds) > 1 else ''} ({', '.join(map(str, seeds))}). "
             f"Test accuracy {acc.get('test', float('nan')):.3f} (dev {acc.get('dev', float('nan')):.3f}). "
             f"Stages {total / 60:.1f} min (each stage's last build, pauses included): {times}.{ig_text}")
