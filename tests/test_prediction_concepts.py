@@ -124,3 +124,10 @@ def test_every_method_builds_its_prediction_set_with_the_prediction_concepts_ask
         assert m.words.n_concepts == (64 if name == "sae" else 30)
     assert build_method("sae", mcfg, 0, tmp_path).predictions.k == 7  # TopK stays below the latents
     assert not isinstance(build_method("kmeans", MethodsConfig.of(prediction_concepts=0), 0, tmp_path), SplitConcepts)
+
+
+def test_a_split_gives_what_else_the_word_estimator_has(store):
+    m = fitted(store)
+    assert m.seed == m.words.seed == 0 and m.minibatch is False  # read from the word estimator
+    with pytest.raises(AttributeError):
+        m.no_such_thing

@@ -252,7 +252,9 @@ def test_a_build_with_the_sae_gives_the_explainer_and_the_evaluation_its_feature
     run = sae_run
     assert "sae" in run.methods_built() and not (run.method_dir("sae") / "checkpoint").exists()
     method, cs = run.method("sae"), run.concept_set("sae")
-    assert (method.n_concepts, method.k, cs.n_concepts) == (128, 4, 128)
+    # 128 latents for the words and, by default, a second dictionary for the prediction rows
+    kp = run.cfg.methods.prediction_concepts
+    assert (method.n_word_concepts, method.k, cs.n_concepts) == (128, 4, 128 + kp)
     np.testing.assert_array_equal(cs.directions([0, 5]), method.concept_extra()["directions"][[0, 5]])
     ex = run.explainer().explain("a charming and often affecting journey .")
     assert len(ex.methods["sae"]["word_concepts"]) == len(ex.words)

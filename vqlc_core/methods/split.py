@@ -42,6 +42,13 @@ class SplitConcepts:
         self.name, self.display_name = words.name, words.display_name
         self.encodes = words.encodes
 
+    def __getattr__(self, name: str):
+        """Anything else of the word estimator: what is not about concept ids (an SAE's `encode`,
+        `k` and `reconstruct`, VQLC's `history_`) is the word concepts' own."""
+        if name in PARTS or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.words, name)
+
     @property
     def n_concepts(self) -> int:
         return self.words.n_concepts + self.predictions.n_concepts
@@ -98,7 +105,10 @@ class SplitConcepts:
         return out
 
     def score_store(self, store, rows: np.ndarray | None = None, batch_size: int = 8192) -> dict:
-        """Concept perplexity and dead concepts over store `rows`, each row scored by its own part."""
+        """Concept perplexity and dead concepts over store `rows`, each row scored by its own part;
+        for a method that encodes (the SAE) its dictionary's own measures over all of them."""
+        if self.words.encodes:
+            return self.words.score_store(store, rows, batch_size)
         rows = np.arange(store.n_rows) if rows is None else np.unique(np.asarray(rows, dtype=np.int64))
         pred = prediction_mask(store, rows)
         counts = np.zeros(self.n_concepts, dtype=np.int64)
