@@ -91,12 +91,15 @@ def test_rank_0_writes_the_manifest_and_no_extraction_part_is_left(runs):
 
 
 def test_two_processes_train_the_single_process_codebook_and_assignments(runs):
-    weights = "methods/vqlc/model/method.safetensors"
-    one, two = read_safetensors(runs / "one" / weights), read_safetensors(runs / "two" / weights)
-    assert one.keys() == two.keys()
-    for key in one:
-        np.testing.assert_allclose(two[key].numpy(), one[key].numpy(), rtol=0,
-                                   atol=ATOL * max(1.0, float(one[key].double().abs().max())), err_msg=key)
+    files = sorted(p.relative_to(runs / "one") for p in (runs / "one").glob("methods/vqlc/model/**/method.safetensors"))
+    assert len(files) == 2  # the word and the prediction codebooks (`split.py`)
+    for weights in files:
+        one, two = read_safetensors(runs / "one" / weights), read_safetensors(runs / "two" / weights)
+        assert one.keys() == two.keys()
+        for key in one:
+            np.testing.assert_allclose(two[key].numpy(), one[key].numpy(), rtol=0,
+                                       atol=ATOL * max(1.0, float(one[key].double().abs().max())),
+                                       err_msg=f"{weights}: {key}")
     assigned = "methods/vqlc/assignments.npy"
     np.testing.assert_array_equal(np.load(runs / "two" / assigned), np.load(runs / "one" / assigned))
 

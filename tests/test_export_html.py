@@ -89,7 +89,7 @@ def test_text_from_the_run_is_shown_escaped(apptest_run, tmp_path):
 
 @pytest.mark.parametrize("method, concepts, said", [
     ("sparse", None, "Run 'apptest' has no finished method 'sparse'; choose one of vqlc, kmeans, lacoat."),
-    ("vqlc", [3, 99], "Concept 99 does not exist: method 'vqlc' of run 'apptest' has concepts 0 to 59."),
+    ("vqlc", [3, 99], "Concept 99 does not exist: method 'vqlc' of run 'apptest' has concepts 0 to 39."),
 ])
 def test_a_method_or_concept_that_is_not_there_is_one_sentence(apptest_run, method, concepts, said):
     with pytest.raises(RunError) as err:

@@ -108,7 +108,7 @@ ONE_SENTENCE = re.compile(r"^[^.]+\.$")
     ("explain", {"run": "apptest", "method": "sparse", "text": SENTENCE},
      "Run 'apptest' has no finished method 'sparse'; showing 'vqlc' instead"),
     ("concepts", {"run": "apptest", "method": "vqlc", "concept": "99"},
-     "Concept '99' does not exist: method 'vqlc' of run 'apptest' has concepts 0 to 59"),
+     "Concept '99' does not exist: method 'vqlc' of run 'apptest' has concepts 0 to 39"),
     ("codebook_map", {"run": "apptest", "method": "vqlc", "concept": "c2"}, "Concept 'c2' does not exist"),
 ], ids=["run", "method", "concept out of range", "concept not a number"])
 def test_a_link_to_something_missing_is_one_sentence_and_the_page_still_shows(run, page, params, said):
