@@ -40,7 +40,7 @@ KILLS = [
     ("fine-tune: the first epoch's checkpoint written", "file:finetune/checkpoint/*", 0.0),
     ("extract: first chunk part written", "file:store/parts/*.npy", 0.0),
     ("classifier running", "[classifier] running", 1.0),
-    ("vqlc: a training checkpoint written", "file:methods/vqlc/checkpoint/*", 0.0),
+    ("vqlc: a training checkpoint written", "file:methods/vqlc/**/checkpoint/*", 0.0),  # words/ of a split
     ("lacoat running", "[lacoat] running", 0.3),
     ("evaluate running", "[evaluate] running", 2.0),
     ("maps running", "[maps] running", 0.5),
