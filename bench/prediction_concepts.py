@@ -34,19 +34,6 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 
 
-def concept_set(run, name, method, rows, seed):
-    from vqlc_core.methods.calibration import calibrate
-    from vqlc_core.methods.concepts import ConceptSet
-
-    a = method.predict_store(run.store)
-    cs = ConceptSet.from_assignments(name, run.store, a, method.n_concepts, run.class_names,
-                                     extra=method.concept_extra(), info=dict(method.fit_info_), seed=seed,
-                                     fit_rows=rows, centres=method.concept_centres(run.store, rows),
-                                     vectors=run.cfg.methods.concept_vectors)
-    cs.info["calibration"] = calibrate(run.store, method, a, cs.n_concepts)
-    return cs
-
-
 def name_measures(run, cs) -> dict:
     """Over the test split's prediction rows: the share whose concept's name holds a content word,
     and how many distinct names they get."""
@@ -77,6 +64,7 @@ def main() -> None:
 
     torch.set_num_threads(1)
     from vqlc_core.build.run import Run
+    from vqlc_core.build.stages import concept_set_of
     from vqlc_core.evaluate.evaluation import faithfulness_sentences, prediction_concepts, train_covariance
     from vqlc_core.evaluate.faithfulness import MATCHED, PREDICTION, faithfulness, matched_differences
     from vqlc_core.methods.split import SplitConcepts, build_method
@@ -104,7 +92,7 @@ def main() -> None:
                     method.fit(run.store, rows)
                     if isinstance(method, SplitConcepts):
                         words = method.words
-                cs = concept_set(run, m, method, rows, seed)
+                cs = concept_set_of(run, m, method, rows, seed)
                 key = f"{m}@{kp}"
                 cal = cs.info["calibration"]
                 per.setdefault(key, []).append({

@@ -187,6 +187,20 @@ def stage_fitset(run, name: str) -> dict:
     return {"n_rows": int(len(rows)), "n_prediction_rows": int((tokens["kind"].to_numpy()[rows] == "pred").sum())}
 
 
+def concept_set_of(run, name: str, method, rows: np.ndarray, seed: int) -> ConceptSet:
+    """The concept set of fitted `method` over the run's store, as the build makes it: every row
+    assigned, concept vectors by the build's definition, and the calibration of its prediction
+    concepts' probabilities on dev (`calibration.calibrate`)."""
+    store = run.store
+    assignments = method.predict_store(store)
+    cs = ConceptSet.from_assignments(name, store, assignments, method.n_concepts, run.class_names,
+                                     extra=method.concept_extra(), info=dict(method.fit_info_), seed=seed,
+                                     fit_rows=rows, centres=method.concept_centres(store, rows),
+                                     vectors=run.cfg.methods.concept_vectors)
+    cs.info["calibration"] = calibrate(store, method, assignments, cs.n_concepts)
+    return cs
+
+
 def stage_method(run, name: str) -> dict:
     """Fit method `name` once per seed of the build on the shared rows; the first seed's model
     and concepts go to methods/<name>/, the others' to methods/<name>/seeds/<seed>/."""
@@ -198,13 +212,8 @@ def stage_method(run, name: str) -> dict:
         method = build_method(name, cfg.methods, seed, workdir, store, rows).fit(store, rows=rows)
         if not distributed.is_main():
             continue  # every rank holds the fitted model; rank 0 assigns and saves
-        assignments = method.predict_store(store)
         fit = dict(method.fit_info_)
-        cs = ConceptSet.from_assignments(name, store, assignments, method.n_concepts, run.class_names,
-                                         extra=method.concept_extra(), info=fit, seed=seed, fit_rows=rows,
-                                         centres=method.concept_centres(store, rows),
-                                         vectors=cfg.methods.concept_vectors)
-        cs.info["calibration"] = calibrate(store, method, assignments, cs.n_concepts)
+        cs = concept_set_of(run, name, method, rows, seed)
         shutil.rmtree(workdir / "model", ignore_errors=True)  # a split model and a single one save differently
         method.save(workdir / "model")
         cs.save(workdir)
