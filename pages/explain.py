@@ -38,7 +38,7 @@ cols = st.columns(2)
 with cols[0]:
     ablated = vqlc_ui.ablation_panel(run, method, text, ex)
 with cols[1]:
-    st.markdown("**Prediction representation: top concepts**", help=browse.PROBABILITY_HELP)
+    st.markdown("**Prediction representation: top concepts**")
     st.dataframe(ex["methods"][method]["prediction_concepts"], hide_index=True, column_config={
         "probability": st.column_config.NumberColumn("p (calibrated)", format="%.2f", help=browse.PROBABILITY_HELP)})
     st.caption(browse.PROBABILITY_HELP)
