@@ -50,12 +50,12 @@ COLUMNS = ["method", "target", "text_index", "predicted", "conf_drop", "flipped"
 
 # --- small helpers ---------------------------------------------------------------------------
 
-def _rng(seed: int, method: str, text_index: int) -> np.random.Generator:
+def text_rng(seed: int, method: str, text_index: int) -> np.random.Generator:
     """The random stream of one (seed, method, sentence): the same whatever the batching."""
     return np.random.default_rng([int(seed), zlib.crc32(method.encode()), int(text_index)])
 
 
-def _stack_bases(bases: list[torch.Tensor], d: int) -> torch.Tensor:
+def stack_bases(bases: list[torch.Tensor], d: int) -> torch.Tensor:
     """(B, r_max, d) per-example orthonormal bases, padded with zero rows (which remove nothing)."""
     r = max([len(q) for q in bases] + [1])
     out = torch.zeros(len(bases), r, d)
@@ -68,11 +68,11 @@ def _codes(x: pd.Series) -> np.ndarray:
     return pd.factorize(x, sort=True)[0]
 
 
-def _group_rng(seed: int, *keys: str) -> np.random.Generator:
+def group_rng(seed: int, *keys: str) -> np.random.Generator:
     return np.random.default_rng([int(seed)] + [zlib.crc32(k.encode()) for k in keys])
 
 
-def _concept_arrays(cs) -> dict:
+def concept_arrays(cs) -> dict:
     """A concept set's arrays `_batch` reads for every text, computed once: the centred and
     uncentred directions (K, d) (row k equals `cs.directions([k])`, centred or not), their unit
     rows in float64, which concepts have train members, and which of those have a direction."""
@@ -160,7 +160,7 @@ def _batch(explainer: Explainer, batch: list[str], text_index: list[int], seed: 
 
     runs: list[tuple[str, str, list[torch.Tensor | None]]] = []  # (method, target, basis per text or None)
     runs.append((CONTROL, "global mean", [mean_basis] * B))
-    runs.append((CONTROL, "random direction", [orthonormal_basis(_rng(seed, CONTROL, t).standard_normal(d))
+    runs.append((CONTROL, "random direction", [orthonormal_basis(text_rng(seed, CONTROL, t).standard_normal(d))
                                                for t in text_index]))
     hp = pooled.double().numpy()  # (B, d)
     # each text's energy along every bank direction, shared by every method's matched directions
@@ -168,12 +168,12 @@ def _batch(explainer: Explainer, batch: list[str], text_index: list[int], seed: 
     everywhere = np.ones(len(bank), bool) if bank is not None else None
     for name, (method, cs) in explainer.methods.items():
         k_pred = (getattr(method, "predict_predictions", None) or method.predict)(pooled.numpy())
-        c = _concept_arrays(cs)
+        c = concept_arrays(cs)
         pred_c, pred_u, words_c, rand_c = [], [], [], []
         m_pred_c, m_pred_d, m_words_c, m_words_d = [], [], [], []
         for b in range(B):
             k = int(k_pred[b])
-            rng = _rng(seed, name + ":matched", text_index[b])
+            rng = text_rng(seed, name + ":matched", text_index[b])
             single = unit_energy(hp[b], c["unit"])  # this text's energy along every concept direction
             target = orthonormal_basis(c["dirs"][[k]])
             pred_c.append(target)
@@ -194,7 +194,7 @@ def _batch(explainer: Explainer, batch: list[str], text_index: list[int], seed: 
                 m_words_c.append(None)
                 m_words_d.append(None)
             others = c["with_members"][c["with_members"] != k]
-            other = int(_rng(seed, name, text_index[b]).choice(others)) if len(others) else None
+            other = int(text_rng(seed, name, text_index[b]).choice(others)) if len(others) else None
             rand_c.append(orthonormal_basis(c["dirs"][[other]]) if other is not None else None)
         runs += [(name, TARGETS[0], pred_c), (name, TARGETS[1], pred_u), (name, TARGETS[2], words_c),
                  (name, TARGETS[3], rand_c), (name, MATCHED[PREDICTION][0], m_pred_c),
@@ -203,7 +203,7 @@ def _batch(explainer: Explainer, batch: list[str], text_index: list[int], seed: 
             runs += [(name, MATCHED[PREDICTION][1], m_pred_d), (name, MATCHED[SALIENT][1], m_words_d)]
 
     zero = torch.zeros(0, d)
-    bases = _stack_bases([q if q is not None else zero for _, _, qs in runs for q in qs], d)  # (R*B, r, d)
+    bases = stack_bases([q if q is not None else zero for _, _, qs in runs for q in qs], d)  # (R*B, r, d)
     n_runs = len(runs)
     rep = {k: v.repeat(n_runs, 1) for k, v in enc.items()}
     new = explainer.proba_from_states(rep, project_out(states.repeat(n_runs, 1, 1), bases)).reshape(n_runs, B, -1)
@@ -250,7 +250,7 @@ def summarize_faithfulness(rows: pd.DataFrame, n_boot: int = N_BOOT, seed: int =
         method, target = key[0], key[1]
         values = np.stack([g["conf_drop"].to_numpy(float), g["flipped"].to_numpy(float)], 1)
         reps = crossed_means(_codes(g["seed"]), _codes(g["text_index"]), values, n_boot,
-                             _group_rng(seed, method, target, *map(str, key[2:])))
+                             group_rng(seed, method, target, *map(str, key[2:])))
         low, high = interval(reps)
         out.append({"method": method, "target": target, **({"predicted": int(key[2])} if by_class else {}),
                     "n_sentences": int(g["text_index"].nunique()),
@@ -262,7 +262,7 @@ def summarize_faithfulness(rows: pd.DataFrame, n_boot: int = N_BOOT, seed: int =
     return pd.DataFrame(out, columns=cols)
 
 
-def _paired(ra: pd.DataFrame, rb: pd.DataFrame, n_boot: int, rng: np.random.Generator) -> dict | None:
+def paired_rows(ra: pd.DataFrame, rb: pd.DataFrame, n_boot: int, rng: np.random.Generator) -> dict | None:
     """Rows `ra` minus rows `rb` on the (seed, sentence) pairs both have: mean differences in
     conf_drop and flip rate with crossed-bootstrap 95% intervals, and the two mean energies."""
     m = ra.merge(rb, on=["seed", "text_index"], suffixes=("_a", "_b"))
@@ -300,7 +300,7 @@ def matched_differences(rows: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 0,
                 groups = ([(c, a[a["predicted"] == c], b[b["predicted"] == c]) for c in sorted(a["predicted"].unique())]
                           if by_class else [(None, a, b)])
                 for c, ga, gb in groups:
-                    got = _paired(ga, gb, n_boot, _group_rng(seed, method, target, control, str(c)))
+                    got = paired_rows(ga, gb, n_boot, group_rng(seed, method, target, control, str(c)))
                     if got is not None:
                         out.append({"method": method, "target": target, "control": control,
                                     **({"predicted": int(c)} if by_class else {}), **got})
@@ -321,7 +321,7 @@ def paired_differences(rows: pd.DataFrame, a: str = "vqlc", b: str = "kmeans", t
     targets = [target] if target is not None else [t for t in dict.fromkeys(ra["target"]) if t in set(rb["target"])]
     out = []
     for t in targets:
-        got = _paired(ra[ra["target"] == t], rb[rb["target"] == t], n_boot, _group_rng(seed, a, b, t))
+        got = paired_rows(ra[ra["target"] == t], rb[rb["target"] == t], n_boot, group_rng(seed, a, b, t))
         if got is not None:
             got.pop("energy_a"), got.pop("energy_b")
             out.append({"method_a": a, "method_b": b, "target": t, **got})
