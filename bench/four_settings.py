@@ -1,0 +1,128 @@
+"""The paper-style table over several built runs (settings): per setting and method, the
+prediction concept and the salient-word concepts minus their energy-matched controls (the
+matched other concept, the matched N(0, Σ) direction), each with its 95% crossed-bootstrap
+interval over sentences and seeds, and which method is best: "VQLC best" when VQLC's
+difference exceeds every other method's with a paired interval above zero, "VQLC behind" when
+some method's exceeds VQLC's with its interval, "level" otherwise. Beside them, codebook use,
+purity by true label, fit time and peak memory of each method, and each build's stage times.
+Reads each run's eval/faithfulness_rows.parquet and eval/measures.json; writes
+docs/results/four-settings.md.
+
+    python bench/four_settings.py --runs default default-bbc decoder-frozen decoder-bbc-frozen
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from vqlc_core.base.runio import read_parquet
+from vqlc_core.base.stats import N_BOOT, crossed_means, interval
+from vqlc_core.build.run import open_run
+from vqlc_core.evaluate.faithfulness import MATCHED, PREDICTION, SALIENT
+
+ROOT = Path(__file__).resolve().parents[1]
+NAMES = {"vqlc": "VQLC", "kmeans": "K-Means", "lacoat": "LACOAT", "sae": "SAE"}
+
+
+def _codes(x):
+    return pd.factorize(x, sort=True)[0]
+
+
+def _ci(diff: pd.DataFrame, seed: int, key: str) -> tuple[float, float, float]:
+    rng = np.random.default_rng([seed, zlib.crc32(key.encode())])
+    v = diff["d"].to_numpy(float)[:, None]
+    low, high = interval(crossed_means(_codes(diff["seed"]), _codes(diff["text_index"]), v, N_BOOT, rng))
+    return float(v.mean()), float(low[0]), float(high[0])
+
+
+def _per_pair(rows: pd.DataFrame, method: str, target: str, control: str) -> pd.DataFrame:
+    r = rows[rows["method"] == method]
+    a = r[r["target"] == target][["seed", "text_index", "conf_drop"]]
+    b = r[r["target"] == control][["seed", "text_index", "conf_drop"]]
+    m = a.merge(b, on=["seed", "text_index"], suffixes=("_a", "_b"))
+    return m.assign(d=m["conf_drop_a"] - m["conf_drop_b"])[["seed", "text_index", "d"]]
+
+
+def _fmt(t) -> str:
+    return f"{t[0]:+.3f} [{t[1]:+.3f}, {t[2]:+.3f}]"
+
+
+def setting(name: str) -> tuple[list[str], dict]:
+    run = open_run(name)
+    rows = read_parquet(run.dir / "eval" / "faithfulness_rows.parquet")
+    meas = json.loads((run.dir / "eval" / "measures.json").read_text())
+    man = json.loads((run.dir / "manifest.json").read_text())
+    methods = [m for m in run.methods_built() if m in set(rows["method"])]
+    cfg = run.cfg
+    flat = cfg.flat()
+    lines = [f"### `{name}`: {flat['model']} on {flat['dataset']}, layer {man['layer']}, {man['pooling']} pooling, "
+             f"finetune {flat['finetune']}, test accuracy {meas['classifier_accuracy']['test']:.3f}, "
+             f"{rows['text_index'].nunique()} sentences × {rows['seed'].nunique()} seeds", ""]
+    ig = meas.get("integrated_gradients", {})
+    if ig:
+        lines += [f"Integrated Gradients: {ig['steps']} steps, completeness error {100 * ig['completeness_error_mean']:.3f}% "
+                  f"mean, {100 * ig['completeness_error_max']:.3f}% max over {ig['n']} sentences.", ""]
+    stages = {k: v.get("wall_s") for k, v in man["stages"].items()}
+    lines += ["Stage times (s): " + ", ".join(f"{k} {v:.0f}" for k, v in stages.items() if v is not None)
+              + f"; all {sum(v for v in stages.values() if v):.0f} s.", ""]
+    pairs = [(PREDICTION, c) for c in MATCHED[PREDICTION]] + [(SALIENT, c) for c in MATCHED[SALIENT]]
+    head = "| measure | " + " | ".join(NAMES.get(m, m) for m in methods) + " | VQLC against the others |"
+    lines += [head, "|---|" + "---:|" * len(methods) + "---|"]
+    verdicts = {}
+    for target, control in pairs:
+        diffs = {m: _per_pair(rows, m, target, control) for m in methods}
+        cells = [_fmt(_ci(diffs[m], cfg.seed, f"{name}{m}{target}{control}")) for m in methods]
+        verdict = "—"
+        if "vqlc" in methods and len(methods) > 1:
+            ahead, behind = [], []
+            for o in methods:
+                if o == "vqlc":
+                    continue
+                m = diffs["vqlc"].merge(diffs[o], on=["seed", "text_index"], suffixes=("_v", "_o"))
+                got = _ci(m.assign(d=m["d_v"] - m["d_o"]), cfg.seed, f"{name}{o}{target}{control}vs")
+                ahead.append(got[1] > 0)
+                behind.append(got[2] < 0)
+            verdict = "VQLC best" if all(ahead) else ("VQLC behind" if any(behind) else "level")
+        verdicts[(target, control)] = verdict
+        lines.append(f"| {target} − {control} | " + " | ".join(cells) + f" | {verdict} |")
+    lines.append("")
+    lines += ["| method | codebook use (concepts with members) | mean purity | prediction purity | fit time (s) | "
+              "peak RSS (MB) |", "|---|---:|---:|---:|---:|---:|"]
+    for m in methods:
+        mm = meas["methods"].get(m, {})
+        used = man["stages"].get(m, {}).get("used_concepts")
+        lines.append(f"| {NAMES.get(m, m)} | {used if used is not None else '—'} | {mm.get('mean_purity', float('nan')):.3f} | "
+                     f"{mm.get('test_prediction_purity', float('nan')):.3f} | {mm.get('fit_time_s', float('nan')):.1f} | "
+                     f"{mm.get('peak_rss_mb', float('nan')):.0f} |")
+    lines.append("")
+    return lines, verdicts
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", nargs="+", required=True, help="built runs, one per setting")
+    ap.add_argument("--out", default=str(ROOT / "docs" / "results" / "four-settings.md"), help="the Markdown file to write")
+    args = ap.parse_args(argv)
+    lines = ["# The comparison over settings", "",
+             f"`python bench/four_settings.py --runs {' '.join(args.runs)}`", ""]
+    tally: dict = {}
+    for name in args.runs:
+        got, verdicts = setting(name)
+        lines += got
+        for k, v in verdicts.items():
+            tally.setdefault(k, []).append(v)
+    lines += ["## VQLC best, level or behind, per measure", "", "| measure | best | level | behind |", "|---|---:|---:|---:|"]
+    for (t, c), vs in tally.items():
+        lines.append(f"| {t} − {c} | {vs.count('VQLC best')} | {vs.count('level')} | {vs.count('VQLC behind')} |")
+    Path(args.out).write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
