@@ -19,7 +19,7 @@ import pandas as pd
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from vqlc_core.base.runio import write_parquet  # noqa: E402
+from vqlc_core.base.runio import read_parquet, write_parquet  # noqa: E402
 from vqlc_core.build.run import open_run  # noqa: E402
 from vqlc_core.evaluate import instrument as ins  # noqa: E402
 from vqlc_core.evaluate.evaluation import faithfulness_sentences, train_covariance  # noqa: E402
@@ -36,20 +36,24 @@ def main(argv=None) -> None:
     ap.add_argument("--run", required=True, help="a built run's name")
     ap.add_argument("--texts", type=int, default=80, help="test sentences (the faithfulness table's seeded sample)")
     ap.add_argument("--seeds", type=int, nargs="*", default=None, help="method seeds (default: the run's)")
+    ap.add_argument("--reuse", action="store_true", help="summarise the rows of an earlier call instead of measuring")
     args = ap.parse_args(argv)
     run = open_run(args.run)
     seeds = args.seeds if args.seeds else run.cfg.method_seeds
     texts = faithfulness_sentences(run.texts, args.texts, run.cfg.seed)
-    cov = train_covariance(run.store, seed=run.cfg.seed)
-    probe = ins.fit_probe(run.store, seed=run.cfg.seed)
-    parts = []
-    for seed in seeds:
-        ex = run.explainer({m: (run.method(m, seed), run.concept_set(m, seed)) for m in run.methods_built()})
-        parts.append(ins.instrument(ex, texts, probe, seed=seed, cov=cov).assign(seed=seed))
-    rows = pd.concat(parts, ignore_index=True)
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
-    write_parquet(out / f"instrument_{args.run}.parquet", rows)
+    if args.reuse:
+        rows = read_parquet(out / f"instrument_{args.run}.parquet")
+    else:
+        cov = train_covariance(run.store, seed=run.cfg.seed)
+        probe = ins.fit_probe(run.store, seed=run.cfg.seed)
+        parts = []
+        for seed in seeds:
+            ex = run.explainer({m: (run.method(m, seed), run.concept_set(m, seed)) for m in run.methods_built()})
+            parts.append(ins.instrument(ex, texts, probe, seed=seed, cov=cov).assign(seed=seed))
+        rows = pd.concat(parts, ignore_index=True)
+        write_parquet(out / f"instrument_{args.run}.parquet", rows)
     diff = ins.instrument_differences(rows, seed=run.cfg.seed)
     by_class = ins.instrument_differences(rows, seed=run.cfg.seed, by_class=True)
     curves = ins.dose_curves(rows)
@@ -71,7 +75,10 @@ def main(argv=None) -> None:
             lines.append(f"| {r.position} | {r.alpha:g} | {r.method} | {r.target} − {r.control} | {_cell(r)} | "
                          f"{per.get(0, '')} | {per.get(1, '')} | {r.energy_a:.3f} | {r.energy_b:.3f} |")
         lines.append("")
-    lines += ["## Dose–response curves (means)", "", curves.to_markdown(index=False, floatfmt=".4f"), ""]
+    lines += ["## Dose–response curves (means)", "", "| position | method | target | α | conf drop | energy (pooled) | "
+              "energy (every token) | n |", "|---|---|---|---:|---:|---:|---:|---:|"]
+    lines += [f"| {c.position} | {c.method} | {c.target} | {c.alpha:g} | {c.conf_drop:.4f} | {c.energy:.4f} | "
+              f"{c.energy_all:.4f} | {c.n} |" for c in curves.itertuples()] + [""]
     (out / f"instrument_{args.run}.md").write_text("\n".join(lines))
     methods = list(dict.fromkeys(curves["method"]))
     positions = list(dict.fromkeys(curves["position"]))

@@ -101,7 +101,8 @@ def _add_config(p: argparse.ArgumentParser, sections: tuple[str, ...]) -> None:
     g = p.add_argument_group("what to build")
     g.add_argument("--preset", default=None, choices=sorted(PRESETS),
                    help="starting configuration: default = MiniLM on MR sentence polarity; decoder = SmolLM2-135M "
-                        "on MR; decoder-bbc = SmolLM2-135M on BBC News (default: default; with --rebuild on a run "
+                        "on MR; decoder-bbc = SmolLM2-135M on BBC News; default-bbc = MiniLM on "
+                        "BBC News (default: default; with --rebuild on a run "
                         "that exists, the run's own settings); the options below override it")
     for f in fields(BuildConfig):
         if f.name not in SECTIONS:
