@@ -15,30 +15,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import zlib
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from vqlc_core.base.runio import read_parquet
-from vqlc_core.base.stats import N_BOOT, crossed_means, interval
+from vqlc_core.base.stats import N_BOOT
 from vqlc_core.build.run import open_run
-from vqlc_core.evaluate.faithfulness import MATCHED, PREDICTION, SALIENT
+from vqlc_core.evaluate.faithfulness import MATCHED, PREDICTION, SALIENT, group_rng, paired_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = {"vqlc": "VQLC", "kmeans": "K-Means", "lacoat": "LACOAT", "sae": "SAE"}
 
 
-def _codes(x):
-    return pd.factorize(x, sort=True)[0]
-
-
-def _ci(diff: pd.DataFrame, seed: int, key: str) -> tuple[float, float, float]:
-    rng = np.random.default_rng([seed, zlib.crc32(key.encode())])
-    v = diff["d"].to_numpy(float)[:, None]
-    low, high = interval(crossed_means(_codes(diff["seed"]), _codes(diff["text_index"]), v, N_BOOT, rng))
-    return float(v.mean()), float(low[0]), float(high[0])
+def _diff(a: pd.DataFrame, b: pd.DataFrame, seed: int, *key: str) -> tuple[float, float, float]:
+    """Mean of a's per-(seed, sentence) difference minus b's, with faithfulness's paired interval."""
+    f = lambda x: x.assign(conf_drop=x["d"], flipped=0.0, energy=0.0)  # noqa: E731
+    got = paired_rows(f(a), f(b), N_BOOT, group_rng(seed, *key))
+    return got["diff_conf_drop"], got["diff_conf_drop_low"], got["diff_conf_drop_high"]
 
 
 def _per_pair(rows: pd.DataFrame, method: str, target: str, control: str) -> pd.DataFrame:
@@ -77,15 +72,16 @@ def setting(name: str) -> tuple[list[str], dict]:
     verdicts = {}
     for target, control in pairs:
         diffs = {m: _per_pair(rows, m, target, control) for m in methods}
-        cells = [_fmt(_ci(diffs[m], cfg.seed, f"{name}{m}{target}{control}")) for m in methods]
+        matched = read_parquet(run.dir / "eval" / "matched.parquet")  # the build's own intervals
+        cells = [_fmt(next((r.diff_conf_drop, r.diff_conf_drop_low, r.diff_conf_drop_high) for r in matched.itertuples()
+                           if (r.method, r.target, r.control) == (m, target, control))) for m in methods]
         verdict = "—"
         if "vqlc" in methods and len(methods) > 1:
             ahead, behind = [], []
             for o in methods:
                 if o == "vqlc":
                     continue
-                m = diffs["vqlc"].merge(diffs[o], on=["seed", "text_index"], suffixes=("_v", "_o"))
-                got = _ci(m.assign(d=m["d_v"] - m["d_o"]), cfg.seed, f"{name}{o}{target}{control}vs")
+                got = _diff(diffs["vqlc"], diffs[o], cfg.seed, name, o, target, control)
                 ahead.append(got[1] > 0)
                 behind.append(got[2] < 0)
             verdict = "VQLC best" if all(ahead) else ("VQLC behind" if any(behind) else "level")
