@@ -8,7 +8,8 @@ import streamlit as st
 import vqlc_ui
 from vqlc_ui import uploads
 from vqlc_core.build.config import PRESETS, build_command, preset
-from vqlc_core.build.run import Run, has_a_method, is_built, runs_overview
+from vqlc_core.build.overview import runs_overview
+from vqlc_core.build.run import Run, has_a_method, is_built
 
 
 def run_status(path) -> str:

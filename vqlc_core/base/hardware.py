@@ -9,9 +9,15 @@ faster one (fp32 1.57× its step time).
 
 from __future__ import annotations
 
+import logging
+import os
+
 import torch
 
+from vqlc_core.base.runio import RunError
+
 AUTO = "auto"
+log = logging.getLogger(__name__)
 
 
 def native_bf16() -> bool:
@@ -26,3 +32,69 @@ def resolve_dtype(name: str) -> str:
     if name != AUTO:
         return name
     return "bfloat16" if native_bf16() else "float32"
+
+
+DEVICES_HELP = "auto (a GPU when there is one, else the CPU), cpu, cuda or cuda:N"
+
+
+def check_device_name(name: str) -> str:
+    """`name` lower-cased when it is a device setting vqlc knows (auto, cpu, cuda, cuda:N), else a
+    one-sentence RunError; whether this machine has that device is `resolve_device`'s to say."""
+    name = (name or AUTO).strip().lower()
+    if name in (AUTO, "cpu", "cuda") or (name.startswith("cuda:") and name[5:].isdigit()):
+        return name
+    raise RunError(f"--device must be {DEVICES_HELP}, got {name!r}.")
+
+
+def resolve_device(name: str = AUTO) -> str:
+    """A device setting resolved for this process: "auto" is the process's own GPU under torchrun
+    (cuda:LOCAL_RANK), cuda:0 in one process with CUDA, else "cpu"; "cuda" is cuda:0 (cuda:LOCAL_RANK
+    under torchrun). Raises a one-sentence RunError for a CUDA device this machine lacks."""
+    name = check_device_name(name)
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if name == AUTO:
+        return f"cuda:{local}" if torch.cuda.is_available() else "cpu"
+    if name == "cpu":
+        return "cpu"
+    if name == "cuda" or (name.startswith("cuda:") and name[5:].isdigit()):
+        if not torch.cuda.is_available():
+            raise RunError(f"--device {name} needs a CUDA GPU, and torch sees none here (torch {torch.__version__}, "
+                           f"{'a CPU-only build' if torch.version.cuda is None else 'CUDA ' + torch.version.cuda}); "
+                           "use --device cpu, or install a CUDA build of torch with VQLC_TORCH=cu128 scripts/setup.sh.")
+        index = local if name == "cuda" else int(name[5:])
+        if index >= torch.cuda.device_count():
+            raise RunError(f"--device {name} names GPU {index}, but this machine has "
+                           f"{torch.cuda.device_count()} (cuda:0..cuda:{torch.cuda.device_count() - 1}).")
+        return f"cuda:{index}"
+    return "cpu"
+
+
+def free_bytes(device: str) -> int:
+    """Memory free for new tensors on `device`: the GPU's free memory, or the machine's available RAM."""
+    if device.startswith("cuda"):
+        free, _ = torch.cuda.mem_get_info(torch.device(device))
+        return int(free)
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """Whether `err` is an allocator's out-of-memory error (CUDA's, or a CPU allocation that failed)."""
+    return isinstance(err, (torch.OutOfMemoryError, MemoryError)) or (
+        isinstance(err, RuntimeError) and "out of memory" in str(err).lower())
+
+
+def smaller_batch(err: BaseException, size: int, option: str) -> int:
+    """After `err` in a batch of `size`: half the batch when `err` ran out of memory (the cached
+    GPU blocks freed first), a one-sentence RunError naming `option` when even one item does
+    not fit; any other error is raised again."""
+    if not is_out_of_memory(err):
+        raise err
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    if size <= 1:
+        raise RunError(f"Out of memory with one text a batch; lower --max-length, free memory, or choose another "
+                       f"--device ({option} is already 1).") from err
+    log.warning("vqlc: out of memory with %s %d; trying %d", option, size, size // 2)
+    return size // 2

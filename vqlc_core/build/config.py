@@ -13,6 +13,7 @@ from dataclasses import Field, dataclass, field, fields, replace
 from pathlib import Path
 
 from vqlc_core.methods.base import DEFAULT_METHODS, N_CONCEPTS, PREDICTION_CONCEPTS, REGISTRY, method_class, method_names
+from vqlc_core.base.hardware import AUTO, DEVICES_HELP, check_device_name
 from vqlc_core.base.options import at_least, field_flag, one_of, opt
 from vqlc_core.base.runio import RunError
 from vqlc_core.data.extract import ExtractConfig
@@ -141,6 +142,11 @@ class BuildConfig:
                               "write --run-name, as torchrun reads --run as its own --run-path")
     seed: int = opt(0, "seed for splits, sampling and training")
     cache_dir: Path = opt(Path("cache"), "where downloads, models and runs go (default: $VQLC_CACHE_DIR or cache)")
+    device: str = opt(AUTO, f"where the torch stages run (fine-tuning, extraction, the classifier, VQLC and SAE "
+                            f"training, evaluation, the dashboard's explainer): {DEVICES_HELP}; under torchrun "
+                            "each rank takes its own GPU (cuda:LOCAL_RANK). K-Means and LACOAT are scikit-learn "
+                            "and run on the CPU whatever this says; the outputs do not depend on it beyond "
+                            "floating-point rounding, so it is not a setting a stage is rebuilt for")
     data: DataConfig = field(default_factory=DataConfig)
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     extract: ExtractConfig = field(default_factory=ExtractConfig)
@@ -150,6 +156,7 @@ class BuildConfig:
 
     def __post_init__(self):
         self.cache_dir = Path(self.cache_dir)
+        self.device = check_device_name(self.device)
 
     @property
     def run_dir(self) -> Path:

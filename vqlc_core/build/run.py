@@ -17,6 +17,7 @@ import pandas as pd
 from vqlc_core.build.config import BuildConfig, build_command
 from vqlc_core.base.runio import (CorruptStage, RunError, check_run_name, library_versions, read_json, read_npy, read_parquet,
                     write_json)
+from vqlc_core.base.hardware import resolve_device
 from vqlc_core.base.integrity import problem, record
 from vqlc_core.build.stages import stage_globs, stage_names
 from vqlc_core.data.backbone import Backbone
@@ -83,10 +84,13 @@ class Run:
             if not self.manifest.path.exists():
                 raise RunError(f"No run in {self.dir}; build one with `vqlc build`.")
             self.manifest.check_version()
+            # a run is opened on the machine at hand: its device is this one's ($VQLC_DEVICE, else auto)
             cfg = BuildConfig.from_json({**self.manifest.data["config"], "run": self.dir.name,
-                                         "cache_dir": str(self.dir.parent.parent)})
+                                         "cache_dir": str(self.dir.parent.parent),
+                                         "device": os.environ.get("VQLC_DEVICE", "auto")})
         self.cfg = cfg
         self._backbone = self._finetuned_head = None
+        self._weights: dict = {}
 
     # --- parts ----------------------------------------------------------------------------
     @property
@@ -101,14 +105,23 @@ class Run:
     def layer(self) -> int:
         return int(self.manifest.data["layer"])
 
+    @cached_property
+    def device(self) -> str:
+        """The torch device of this process's stages (`--device`, resolved: `hardware.resolve_device`)."""
+        return resolve_device(self.cfg.device)
+
+    @property
+    def weights(self) -> dict:
+        """How the backbone's weights were loaded (dtype, device, device map), once it is."""
+        self.backbone
+        return self._weights
+
     @property
     def backbone(self):
         if self._backbone is None:
-            import torch
-
-            e = self.cfg.extract
-            src = resolve_model(e.model, cache_dir=self.cfg.cache_dir)
-            bb = Backbone.from_source(src, dtype=torch.float32, max_length=e.max_length, pooling=e.pooling)
+            src = resolve_model(self.cfg.extract.model, cache_dir=self.cfg.cache_dir)
+            full = self.cfg.finetune.mode_for(src.kind, src.is_classifier) == "full"
+            bb, self._weights = Backbone.on_device(src, self.cfg.extract, self.device, full)
             if self.manifest.is_complete("finetune") and (self.dir / "finetune" / "finetune.json").exists():
                 self._finetuned_head = load_finetuned(bb, self.dir / "finetune")  # the model the run explains
             self._backbone = bb
@@ -315,26 +328,6 @@ def default_run(cache_dir: str | Path | None = None) -> str | None:
     """The run the dashboard opens first: the first fully built run, else the first run."""
     runs = list_runs(cache_dir)
     return next((p.name for p in runs if is_built(p)), runs[0].name if runs else None)
-
-
-def runs_overview(cache_dir: str | Path | None = None):
-    """One row per run (from manifests only, cheap): model, dataset, fine-tuning, test accuracy,
-    the words aligned per reference word of the text, and how many stages are finished."""
-    rows = []
-    for p in list_runs(cache_dir):
-        m = read_json(p / "manifest.json")
-        cfg, stages = m.get("config", {}), m.get("stages", {})
-        methods = cfg.get("methods", {}).get("methods", []) if isinstance(cfg.get("methods"), dict) else []
-        order = stage_names(methods) if methods else []
-        acc = stages.get("classifier", {}).get("accuracy", {})
-        rows.append({"run": p.name, "model": cfg.get("extract", {}).get("model"),
-                     "dataset": cfg.get("data", {}).get("dataset"),
-                     "fine-tuning": stages.get("finetune", {}).get("mode", "–"),
-                     "test accuracy": acc.get("test"),
-                     "word alignment": (m.get("alignment") or {}).get("ratio"),
-                     "stages done": f"{sum(stages.get(s, {}).get('state') == 'complete' for s in order)} / {len(order)}"})
-    return pd.DataFrame(rows, columns=["run", "model", "dataset", "fine-tuning", "test accuracy", "word alignment",
-                                       "stages done"])
 
 
 def unfinished_message(run: Run, stage: str) -> str:

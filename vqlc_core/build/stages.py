@@ -105,14 +105,10 @@ def stage_extract(run, name: str) -> dict:
     layer = bb.check_layer(ecfg.layer if ecfg.layer is not None else max(1, bb.n_layers - 1))
     run.manifest.data["layer"] = layer
     run.manifest.data["pooling"] = ecfg.pooling or bb.pooling
-    device = distributed.device() if distributed.world() > 1 else "cpu"
-    bb.model.to(device)  # each rank's own GPU under torchrun with CUDA
-    try:
-        store = build_store(bb, run.texts, replace(ecfg, layer=layer), run.dir / "store")
-    finally:
-        bb.model.to("cpu")
+    store = build_store(bb, run.texts, replace(ecfg, layer=layer), run.dir / "store")  # on run.device
     run.store = store
-    return {"n_rows": store.n_rows, "dim": store.dim, "layer": layer, "alignment_ratio": round(ratio, 4)}
+    return {"n_rows": store.n_rows, "dim": store.dim, "layer": layer, "alignment_ratio": round(ratio, 4),
+            "weights": run.weights}
 
 
 def stage_classifier(run, name: str) -> dict:
@@ -209,7 +205,7 @@ def stage_method(run, name: str) -> dict:
     rows = cls.fit_rows(cfg.methods, store, read_npy(run.dir / "fitset.npy"))
     for seed in cfg.method_seeds:
         workdir = run.method_dir(name, seed)
-        method = build_method(name, cfg.methods, seed, workdir, store, rows).fit(store, rows=rows)
+        method = build_method(name, cfg.methods, seed, workdir, store, rows, device=run.device).fit(store, rows=rows)
         if not distributed.is_main():
             continue  # every rank holds the fitted model; rank 0 assigns and saves
         fit = dict(method.fit_info_)

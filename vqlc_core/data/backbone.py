@@ -17,12 +17,14 @@ import torch
 from torch import nn
 
 from vqlc_core.data.alignment import Aligner, WordSpan, tokenize_words
-from vqlc_core.data.models import load_model, prepare
+from vqlc_core.base.hardware import free_bytes
+from vqlc_core.data.models import check_fits, choose_weights, load_model, prepare
 from vqlc_core.base.runio import RunError
 
 POOLINGS = ("cls", "mean", "last")  # the prediction representation: first token, mean over the text, last token
 AGGREGATIONS = ("last", "first", "mean")  # which sub-word's state a word gets
-DTYPES = ("float32", "bfloat16")  # the precision of a forward: float32, or bfloat16 CPU autocast
+DTYPES = ("float32", "bfloat16")  # the precision of a forward: float32, or bfloat16 autocast
+WEIGHT_DTYPES = ("auto", "float32", "bfloat16", "float16")  # the precision the weights are loaded in
 
 
 class _StopForward(Exception):
@@ -68,16 +70,43 @@ class Backbone:
         self.base = self._base_model(model)
 
     @classmethod
-    def from_source(cls, source, dtype=torch.float32, max_length: int = 256, pooling: str | None = None):
-        """The backbone of a resolved `ModelSource`, loaded and prepared."""
-        tok, model = load_model(source, dtype=dtype)
+    def from_source(cls, source, dtype=torch.float32, max_length: int = 256, pooling: str | None = None,
+                    device_map=None):
+        """The backbone of a resolved `ModelSource`, loaded (in `dtype`, onto `device_map`; see
+        `models.load_model`) and prepared."""
+        tok, model = load_model(source, dtype=dtype, device_map=device_map)
         return cls(tok, model, source.kind, pooling or source.pooling, max_length, source.name, source.is_classifier)
+
+    @classmethod
+    def on_device(cls, source, extract, device: str, full_finetune: bool) -> tuple["Backbone", dict]:
+        """The backbone a build loads on `device` with `ExtractConfig` `extract`: its weights in
+        the dtype `models.choose_weights` picks, placed as `models.check_fits` allows (refused in
+        one sentence before a byte is read when they cannot fit); and how they were loaded."""
+        dtype = choose_weights(extract.weights, source, extract.dtype, device, full_finetune, free_bytes("cpu"))
+        device_map = check_fits(source, dtype, device, free_bytes(device) if device != "cpu" else None,
+                                free_bytes("cpu"))
+        bb = cls.from_source(source, dtype=getattr(torch, dtype), max_length=extract.max_length,
+                             pooling=extract.pooling, device_map=device_map)
+        return bb, {"dtype": dtype, "device": str(bb.device),
+                    "device_map": device_map if isinstance(device_map, str) else None}
 
     @staticmethod
     def _base_model(model):
         """The model without its LM or classification head (its forward returns hidden states)."""
         base = getattr(model, "base_model", model)
         return base if base is not None else model
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model's inputs go: its embeddings' device (the first of several under a
+        device map). vqlc's own tensors stay on the CPU: what enters the model is moved here and
+        what the backbone returns (states, logits) comes back to the CPU."""
+        return next(self.model.parameters()).device
+
+    def inputs(self, enc) -> dict:
+        """The model's keyword inputs from a (CPU) batch, on the model's device."""
+        dev = self.device
+        return {"input_ids": enc["input_ids"].to(dev), "attention_mask": enc["attention_mask"].to(dev)}
 
     @property
     def n_layers(self) -> int:
@@ -104,7 +133,7 @@ class Backbone:
         layer = self.check_layer(layer)
         with capture(self, layer, stop=True) as got, autocast(autocast_dtype):
             try:
-                self.base(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])
+                self.base(**self.inputs(enc))
             except _StopForward:
                 pass
         return got["h"].float()
@@ -112,8 +141,8 @@ class Backbone:
     def final_states(self, enc, autocast_dtype=None) -> torch.Tensor:
         """Last-layer hidden states (B, T, d) as the model's head reads them (final norm applied)."""
         with autocast(autocast_dtype):
-            out = self.base(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])
-        return out.last_hidden_state.float()
+            out = self.base(**self.inputs(enc))
+        return out.last_hidden_state.float().cpu()
 
     def pool(self, hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str | None = None) -> torch.Tensor:
         """The prediction representation (B, d): CLS (first token), mean over the text, or last token."""
@@ -142,9 +171,13 @@ def aggregate_words(hidden: torch.Tensor, words: list[WordSpan], how: str = "las
 
 @contextmanager
 def autocast(dtype):
-    """CPU autocast to `dtype` (e.g. torch.bfloat16) inside the block; nothing when it is None."""
+    """Autocast to `dtype` (e.g. torch.bfloat16) inside the block, on the CPU and, where there is
+    one, on CUDA; nothing when it is None."""
     if dtype is None:
         yield
+    elif torch.cuda.is_available():
+        with torch.autocast("cpu", dtype=dtype), torch.autocast("cuda", dtype=dtype):
+            yield
     else:
         with torch.autocast("cpu", dtype=dtype):
             yield
@@ -152,12 +185,12 @@ def autocast(dtype):
 
 @contextmanager
 def capture(backbone: Backbone, layer: int, stop: bool = False) -> Iterator[dict]:
-    """Record the output of block `layer` in the yielded dict under "h"; with stop=True, end
-    the forward pass there. The hook is removed in `finally`."""
+    """Record the output of block `layer` in the yielded dict under "h" (on the CPU); with
+    stop=True, end the forward pass there. The hook is removed in `finally`."""
     got: dict = {}
 
     def hook(module, args, output):
-        got["h"] = _hidden(output)
+        got["h"] = _hidden(output).cpu()
         if stop:
             raise _StopForward
 

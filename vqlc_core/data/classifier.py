@@ -41,7 +41,7 @@ class Classifier:
 
     def logits(self, enc, autocast_dtype=None) -> torch.Tensor:
         if self.head is None:
-            return self.backbone.model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).logits.float()
+            return self.backbone.model(**self.backbone.inputs(enc)).logits.float().cpu()
         h = self.backbone.final_states(enc, autocast_dtype)
         return self.head(self.backbone.pool(h, enc["attention_mask"]))
 

@@ -28,10 +28,11 @@ import torch
 from tqdm.auto import tqdm
 
 from vqlc_core.base import distributed
+from vqlc_core.base.hardware import AUTO, smaller_batch
 from vqlc_core.base.options import at_least, one_of, opt
 from vqlc_core.base.runio import (RunError, atomic_path, library_versions, read_json, read_npy, write_json, write_npy,
                                   write_parquet)
-from vqlc_core.data.backbone import AGGREGATIONS, DTYPES, POOLINGS, Backbone, aggregate_words, capture
+from vqlc_core.data.backbone import AGGREGATIONS, DTYPES, POOLINGS, WEIGHT_DTYPES, Backbone, aggregate_words, capture
 from vqlc_core.data.store import FINAL_FILE, STORE_FILE, TOKEN_COLUMNS, ActivationStore, ShardWriter, finalize_store
 
 
@@ -47,6 +48,10 @@ class ExtractConfig:
     aggregation: str = opt("last", "which sub-word's state a word gets", choices=AGGREGATIONS)
     max_length: int = opt(128, "tokens per text; longer texts are truncated")
     dtype: str = opt("float32", "bfloat16 autocast is faster on CPUs with BF16", choices=DTYPES)
+    weights: str = opt(AUTO, "the precision the model's weights are loaded in, directly from its files (never "
+                             "through a float32 copy): auto = --dtype's on a GPU when the model is not fine-tuned "
+                             "in full (frozen or LoRA), float32 on a CPU unless float32 weights would not fit in "
+                             "its memory; the choice is recorded in the manifest", choices=WEIGHT_DTYPES)
     batch_size: int = opt(32, "texts per forward pass")
     chunk_texts: int = opt(512, "texts per extraction chunk, the unit of resumption and of sharing out under "
                                 "torchrun: rank r takes chunks r, r+N, ...")
@@ -56,6 +61,7 @@ class ExtractConfig:
         one_of(self, "pooling", POOLINGS)
         one_of(self, "aggregation", AGGREGATIONS)
         one_of(self, "dtype", DTYPES)
+        one_of(self, "weights", WEIGHT_DTYPES)
         at_least(self, "layer", 1)
         at_least(self, "max_length", 4)
         for name in ("batch_size", "chunk_texts", "shard_rows"):
@@ -85,14 +91,18 @@ def extract_texts(backbone: Backbone, texts: list[str], cfg: ExtractConfig, fina
     Each text gives one row per word, then its prediction row (word_index -1)."""
     lengths = [len(backbone.tokenizer(t, truncation=True, max_length=backbone.max_length)["input_ids"]) for t in texts]
     order = np.argsort(-np.asarray(lengths), kind="stable")
-    device = next(backbone.model.parameters()).device
     per_text: dict[int, tuple[np.ndarray, list]] = {}
     finals = np.zeros((len(texts), backbone.hidden_size), dtype=np.float32)
-    for b in range(0, len(texts), cfg.batch_size):
-        idx = order[b : b + cfg.batch_size]
+    b, size = 0, cfg.batch_size
+    while b < len(texts):
+        idx = order[b : b + size]
         enc, words = backbone.tokenize([texts[i] for i in idx])
-        enc = enc.to(device)
-        h, last = _forward(backbone, enc, cfg.layer, cfg.autocast_dtype, final)  # (B, T, d) each
+        try:
+            h, last = _forward(backbone, enc, cfg.layer, cfg.autocast_dtype, final)  # (B, T, d) each
+        except Exception as err:  # out of memory: the same texts again in half the batch
+            size = smaller_batch(err, size, "--batch-size")
+            continue
+        b += len(idx)
         pooled = backbone.pool(h, enc["attention_mask"], cfg.pooling)  # (B, d)
         if last is not None:
             finals[idx] = backbone.pool(last, enc["attention_mask"]).cpu().numpy()  # the head's pooling

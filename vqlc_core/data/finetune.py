@@ -26,8 +26,8 @@ from vqlc_core.base.options import at_least, flag, one_of, opt
 from vqlc_core.base.runio import RunError, read_json, read_safetensors, write_json, write_safetensors
 from vqlc_core.data.backbone import DTYPES, Backbone
 from vqlc_core.data.tuning import (FinetunePlan, add_lora, bucketed_batches, check_texts, dev_accuracy,
-                                   digest, epoch_seed, fingerprint, lr_factor, plain_state, probe_head, top_params,
-                                   train_step)
+                                   digest, epoch_seed, fingerprint, lr_factor, memory_estimate, plain_state,
+                                   probe_head, top_params, train_step)
 
 FINETUNE_MODES = ("full", "lora", "none")
 CHECKPOINT_DIR = "checkpoint"  # under the fine-tuning's folder; removed once the run has finished
@@ -137,6 +137,11 @@ def finetune(backbone: Backbone, texts_df, class_names: list[str], cfg: Finetune
             named = [(f"model.{n}", p) for n, p in backbone.model.named_parameters() if p.requires_grad]
             named += [(f"head.{n}", p) for n, p in head.named_parameters()]
             params = [p for _, p in named]
+            mem = memory_estimate(backbone, sum(p.numel() for p in params), plan.batch_size)
+            log.info("fine-tune memory on %s: about %.1f GB (weights %.1f GB, gradients and AdamW state of %.1fM "
+                     "trainable weights %.1f GB, activations of a batch of %d x %d tokens %.1f GB; estimated)",
+                     backbone.device, mem["total"] / 2**30, mem["weights"] / 2**30, sum(p.numel() for p in params) / 1e6,
+                     mem["optimizer"] / 2**30, plan.batch_size, backbone.max_length, mem["activations"] / 2**30)
             opt = torch.optim.AdamW([{"params": params[:-2], "peak_lr": plan.learning_rate},
                                      {"params": params[-2:], "peak_lr": plan.head_learning_rate}], weight_decay=0.01)
 

@@ -181,16 +181,100 @@ def load_tokenizer(spec: str, cache_dir: Path = Path("cache")) -> tuple:
     return tok, name, prepare_tokenizer(tok, "decoder")  # every GGUF architecture vqlc uses is a decoder
 
 
-def load_model(source: ModelSource, dtype: torch.dtype = torch.float32):
+GB = 1024**3
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth")
+_ITEMSIZE = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float64": 8}
+RUN_OVERHEAD = GB  # activations, tokenizer, the store's buffers: what a forward needs beside the weights
+
+
+def stored_dtype(source: ModelSource) -> str:
+    """The dtype a local model directory's weights are stored in (its config's dtype; float32
+    when it names none)."""
+    path = Path(source.path)
+    config = read_json(path / "config.json") if (path / "config.json").is_file() else {}
+    name = str(config.get("dtype") or config.get("torch_dtype") or "float32").replace("torch.", "")
+    return name if name in _ITEMSIZE else "float32"
+
+
+def parameter_count(source: ModelSource) -> int | None:
+    """The number of weights of a local model directory, from the size of its weight files and
+    the dtype they are stored in, without reading them; None for a hub name."""
+    path = Path(source.path)
+    if not path.is_dir():
+        return None
+    files = {f for pattern in WEIGHT_FILES for f in path.glob(pattern)}
+    stored = sum(f.stat().st_size for f in files)
+    return stored // _ITEMSIZE[stored_dtype(source)] if stored else None
+
+
+def weights_bytes(source: ModelSource, dtype: str) -> int | None:
+    """What the weights of `source` take in memory once loaded in `dtype`; None when unknown."""
+    n = parameter_count(source)
+    return None if n is None else n * _ITEMSIZE[dtype]
+
+
+def choose_weights(setting: str, source: ModelSource, compute: str, device: str, full_finetune: bool,
+                   free: int | None = None) -> str:
+    """The dtype the weights are loaded in for `--weights setting` (see `ExtractConfig.weights`):
+    an explicit one as given (full fine-tuning refuses half precision: it trains float32 weights);
+    auto: float32 for full fine-tuning; on a GPU the model's own half precision, or --dtype's;
+    on a CPU float32, unless float32 weights would not fit in `free` bytes (then bfloat16)."""
+    if setting != "auto":
+        if full_finetune and setting != "float32":
+            raise SourceError(f"--weights {setting} cannot be fine-tuned in full (it trains float32 weights); "
+                              "use --weights float32 or auto, or --finetune lora or none.")
+        return setting
+    if full_finetune:
+        return "float32"
+    if device.startswith("cuda"):
+        own = stored_dtype(source)
+        return own if own in ("bfloat16", "float16") else ("bfloat16" if compute == "bfloat16" else "float32")
+    need = weights_bytes(source, "float32")
+    if free is not None and need is not None and need + RUN_OVERHEAD > free:
+        log.info("vqlc: %s's float32 weights (%.1f GB) would not fit in the %.1f GB free; loading them in bfloat16",
+                 source.name, need / GB, free / GB)
+        return "bfloat16"
+    return "float32"
+
+
+def check_fits(source: ModelSource, dtype: str, device: str, free_gpu: int | None, free_ram: int) -> str | None:
+    """Before any weight is read: the device map to load with ({"": device}, or "auto" when the
+    weights do not fit on the GPU and accelerate spreads them over GPU and CPU memory; None on a
+    CPU), or a one-sentence SourceError with the memory the model needs."""
+    need = weights_bytes(source, dtype)
+    if not device.startswith("cuda"):
+        if need is not None and need + RUN_OVERHEAD > free_ram:
+            raise SourceError(f"Model '{source.name}' needs about {(need + RUN_OVERHEAD) / GB:.1f} GB of memory "
+                              f"({parameter_count(source) / 1e9:.2f}B weights in {dtype}, {need / GB:.1f} GB, plus "
+                              f"{RUN_OVERHEAD / GB:.0f} GB to run) and this machine has {free_ram / GB:.1f} GB "
+                              "available; use a GPU (--device cuda), a smaller model, or --weights bfloat16.")
+        return None
+    if need is None or free_gpu is None or need + RUN_OVERHEAD <= free_gpu:
+        return {"": device}
+    if need + RUN_OVERHEAD > free_gpu + free_ram:
+        raise SourceError(f"Model '{source.name}' needs about {(need + RUN_OVERHEAD) / GB:.1f} GB in {dtype} and "
+                          f"{device} has {free_gpu / GB:.1f} GB free, with {free_ram / GB:.1f} GB of CPU memory "
+                          "beside it; use a GPU with more memory, several GPUs under torchrun, or a smaller model.")
+    log.info("vqlc: %s (%.1f GB in %s) does not fit in the %.1f GB free on %s; accelerate spreads it over the "
+             "GPU and CPU memory (device_map='auto')", source.name, need / GB, dtype, free_gpu / GB, device)
+    return "auto"
+
+
+def load_model(source: ModelSource, dtype: torch.dtype = torch.float32, device_map=None):
     """(tokenizer, model) as stored: a CausalLM for decoders, a sequence classifier when the source
-    is one, the bare encoder otherwise; `prepare` readies them for use."""
+    is one, the bare encoder otherwise; `prepare` readies them for use. The weights are read
+    directly in `dtype` and, with a `device_map` ({"": "cuda:0"}, or "auto"), straight onto it."""
     from transformers import AutoModel, AutoModelForCausalLM, AutoModelForSequenceClassification
 
     cls = (AutoModelForSequenceClassification if source.is_classifier
            else AutoModelForCausalLM if source.kind == "decoder" else AutoModel)
     tok = _source_tokenizer(source)
+    kw = {} if device_map is None else {"device_map": device_map}
     try:
-        model = cls.from_pretrained(source.path, dtype=dtype)
+        model = cls.from_pretrained(source.path, dtype=dtype, **kw)
+    except torch.OutOfMemoryError as err:
+        raise SourceError(f"Model '{source.name}' ran out of GPU memory while loading; choose --weights bfloat16, "
+                          "another --device, or a smaller model.") from err
     except Exception as err:  # missing or mismatched weights, an unknown architecture, too little memory
         raise SourceError(f"Model '{source.name}' could not be loaded from '{source.path}'; {HUB_HELP}.") from err
     return tok, model

@@ -199,3 +199,18 @@ def train_step(backbone: Backbone, head: nn.Linear, opt: torch.optim.Optimizer, 
         group["lr"] = group["peak_lr"] * lr_scale
     opt.step()
     return loss.item()
+
+
+def memory_estimate(backbone: Backbone, trainable: int, batch_size: int) -> dict:
+    """Fine-tuning's memory, estimated before it starts (bytes): the weights as loaded, the
+    trainable weights' gradients and AdamW's two float32 moments (12 bytes each), and the
+    activations kept for the backward pass at the longest batch, by Korthikanti et al.'s
+    count (34 s b h + 5 a s² b bytes a layer in 16-bit, twice that in float32)."""
+    cfg = backbone.model.config
+    weights = sum(p.numel() * p.element_size() for p in backbone.model.parameters())
+    s, b, h, L = backbone.max_length, batch_size, backbone.hidden_size, backbone.n_layers
+    heads = int(getattr(cfg, "num_attention_heads", 1) or 1)
+    scale = 2 if next(backbone.model.parameters()).dtype == torch.float32 else 1
+    activations = scale * L * (34 * s * b * h + 5 * heads * s * s * b)
+    return {"weights": weights, "optimizer": 12 * trainable, "activations": activations,
+            "total": weights + 12 * trainable + activations}

@@ -41,7 +41,7 @@ def project_out(h: torch.Tensor, basis: torch.Tensor) -> torch.Tensor:
     its own span (zero rows in a per-example basis remove nothing)."""
     if basis.numel() == 0:
         return h
-    q = basis.to(h.dtype)
+    q = basis.to(h.device, h.dtype)
     if q.ndim == 2:
         return h - (h @ q.T) @ q
     flat = h.reshape(h.shape[0], -1, h.shape[-1])  # (B, T, d)
@@ -68,7 +68,7 @@ def _block_returns_tuple(backbone: Backbone) -> bool:
     enc, _ = backbone.tokenize(["a b"])
     try:
         with torch.inference_mode():
-            backbone.base(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])
+            backbone.base(**backbone.inputs(enc))
     except _Stop:
         pass
     finally:
@@ -106,8 +106,9 @@ def from_layer(backbone: Backbone, layer: int, states: torch.Tensor) -> Iterator
     def passthrough(*args, **kwargs):
         return shaped(args[0] if args else kwargs["hidden_states"])
 
-    def give_states(*args, **kwargs):
-        return shaped(states)
+    def give_states(*args, **kwargs):  # on the block's device and in its dtype (bf16 weights: bf16)
+        h = args[0] if args else kwargs["hidden_states"]
+        return shaped(states.to(h.device, h.dtype))
 
     saved = [vars(block).get("forward") for block in blocks]  # e.g. accelerate's wrapped forward
     try:

@@ -295,7 +295,8 @@ class ConceptMethod:
             raise RunError(f"The method saved in {path} is {meta.get('method')!r}, expected "
                            f"{' or '.join(repr(n) for n in names)}; load it with its own class or rebuild this "
                            "method's stage.")
-        self = cls(**meta["params"])
+        # a loaded method runs on the CPU, wherever it was trained (its arrays are small)
+        self = cls(**{k: ("cpu" if k == "device" else v) for k, v in meta["params"].items()})
         state = dict(meta.get("state", {}))
         self.fit_info_ = state.pop("fit_info", {})
         self._restore(read_safetensors(path / WEIGHTS_FILE), state)

@@ -112,10 +112,11 @@ class SAEConcepts(ModuleMethod):
     display_name = "SAE"
     Options = SAEOptions
     encodes = True
+    resumable = ("epochs", "progress", "checkpoint_dir", "device")
 
     def __init__(self, n_concepts: int = LATENTS, k: int = K, epochs: int | None = None, batch_size: int = 256,
                  lr: float = 1e-3, auxk_alpha: float = 1 / 32, min_steps: int = 1000, seed: int = 0,
-                 checkpoint_dir: str | None = None, progress: bool = True):
+                 checkpoint_dir: str | None = None, progress: bool = True, device: str = "cpu"):
         self.n_concepts = n_concepts
         self.k = k
         self.epochs = epochs
@@ -126,6 +127,7 @@ class SAEConcepts(ModuleMethod):
         self.seed = seed
         self.checkpoint_dir = checkpoint_dir
         self.progress = progress
+        self.device = device
 
     @classmethod
     def from_config(cls, mcfg, seed: int, workdir: Path) -> "SAEConcepts":
@@ -158,7 +160,7 @@ class SAEConcepts(ModuleMethod):
     def _build(self, dim: int) -> SAEModel:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
-            return SAEModel(dim, self.n_concepts, self.k)
+            return SAEModel(dim, self.n_concepts, self.k).to(self.device)
 
     # ---- fit --------------------------------------------------------------------------
 
@@ -169,7 +171,7 @@ class SAEConcepts(ModuleMethod):
 
     def _begin(self, store, rows: np.ndarray) -> None:
         batches = store.iter_batches(8192, shuffle=False, rows=rows)
-        moments = distributed.moments(batches, store.dim, distributed.collectives().all_reduce)
+        moments = distributed.moments(batches, store.dim, distributed.collectives().all_reduce, self.device)
         self.model_.set_normalization_(*normalization(*moments, "center_rms"))
 
     def _fit_info(self) -> dict:
@@ -179,8 +181,9 @@ class SAEConcepts(ModuleMethod):
         model, coder, n = self.model_, self.model_.coder, len(rows)
         dead_after = int(min(n, 100 * self.n_concepts / self.k))
         sums = {"fvu": 0.0, "auxk": 0.0}
-        fired = torch.zeros(self.n_concepts, dtype=torch.bool)
+        fired = torch.zeros(self.n_concepts, dtype=torch.bool, device=self.device)
         for x in store.iter_batches(self.batch_size, shuffle=True, seed=self.seed + epoch, rows=rows):
+            x = x.to(self.device)
             dead = model.dead_mask(dead_after) if self.auxk_alpha > 0 else None
             out = coder(model.normalize(x), dead_mask=dead)
             loss = out.fvu + self.auxk_alpha * out.auxk_loss
@@ -213,8 +216,8 @@ class SAEConcepts(ModuleMethod):
         X = self._as_tensor(X)
         self.model_.eval()
         for s in range(0, len(X), _CHUNK):
-            acts, idx, _ = self.model_.coder.encode(self.model_.normalize(X[s : s + _CHUNK]))
-            yield acts, idx, self.model_.denormalize(self.model_.coder.decode(acts, idx))
+            acts, idx, _ = self.model_.coder.encode(self.model_.normalize(X[s : s + _CHUNK].to(self.device)))
+            yield acts.cpu(), idx.cpu(), self.model_.denormalize(self.model_.coder.decode(acts, idx)).cpu()
 
     def encode(self, X) -> tuple[np.ndarray, np.ndarray]:
         """Top-k activations (N, k) float32 and their latents (N, k) int64 of raw vectors X (N, d);
@@ -272,4 +275,4 @@ class SAEConcepts(ModuleMethod):
     def concept_extra(self) -> dict[str, np.ndarray]:
         """The unit decoder rows (L, d) in raw space: each concept's direction."""
         self.check_fitted("model_")
-        return {"directions": self.model_.directions().numpy()}
+        return {"directions": self.model_.directions().cpu().numpy()}

@@ -166,21 +166,31 @@ def prediction_concept_count(wanted: int, n_prediction_rows: int) -> int:
     return max(2, min(int(wanted), int(n_prediction_rows) // MIN_MEMBERS))
 
 
-def build_method(name: str, mcfg, seed: int, workdir: Path, store=None, rows: np.ndarray | None = None):
+def _placed(estimator, device: str | None):
+    """`estimator` set to train on `device` when it is a torch method (one with a `device`
+    parameter); scikit-learn's methods run on the CPU whatever it says."""
+    if device is not None and "device" in estimator.get_params():
+        estimator.device = device
+    return estimator
+
+
+def build_method(name: str, mcfg, seed: int, workdir: Path, store=None, rows: np.ndarray | None = None,
+                 device: str | None = None):
     """A fresh estimator of method `name` for the build's settings: the method itself when
     `mcfg.prediction_concepts` is 0, else its `SplitConcepts` (words in workdir/words,
     predictions in workdir/predictions, for the methods that checkpoint), with as many prediction
-    concepts as `prediction_concept_count` allows for the prediction rows among `rows` of `store`."""
+    concepts as `prediction_concept_count` allows for the prediction rows among `rows` of `store`;
+    the torch methods train on `device` (default: their own, the CPU)."""
     cls = method_class(name)
     kp = int(getattr(mcfg, "prediction_concepts", 0) or 0)
     if kp > 0 and store is not None:
         rows = np.arange(store.n_rows) if rows is None else np.asarray(rows, dtype=np.int64)
         kp = prediction_concept_count(kp, int(prediction_mask(store, rows).sum()))
     if kp <= 0:
-        return cls.from_config(mcfg, seed, workdir)
+        return _placed(cls.from_config(mcfg, seed, workdir), device)
     workdir = Path(workdir)
-    words = cls.from_config(mcfg, seed, workdir / "words")
-    predictions = cls.for_predictions(replace(mcfg, n_concepts=kp), seed, workdir / "predictions")
+    words = _placed(cls.from_config(mcfg, seed, workdir / "words"), device)
+    predictions = _placed(cls.for_predictions(replace(mcfg, n_concepts=kp), seed, workdir / "predictions"), device)
     return SplitConcepts(words, predictions)
 
 

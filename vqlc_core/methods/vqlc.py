@@ -121,7 +121,7 @@ class VQLC(ModuleMethod):
         o = mcfg.options_of("vqlc")
         return cls(n_concepts=mcfg.n_concepts, beta=o["beta"], epochs=o["epochs"], seed=seed,
                    **VARIANTS[o["variant"]], checkpoint_dir=str(Path(workdir) / "checkpoint"),
-                   device=distributed.device() if distributed.world() > 1 else "cpu")
+                   device=distributed.device() if distributed.world() > 1 else "cpu")  # the build sets --device
 
     @classmethod
     def fit_rows(cls, mcfg, store, fitset: np.ndarray) -> np.ndarray:
