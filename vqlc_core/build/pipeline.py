@@ -18,7 +18,7 @@ from typing import Callable
 from vqlc_core.base import distributed
 from vqlc_core.build.config import BuildConfig, flag_of
 from vqlc_core.build.run import Manifest, Run
-from vqlc_core.base.hardware import AUTO
+from vqlc_core.base.hardware import AUTO, resolve_device
 from vqlc_core.base.runio import RunError, check_run_name
 from vqlc_core.build.stages import stage_names, stage_order, stage_reads
 
@@ -74,6 +74,7 @@ def build(cfg: BuildConfig, stages: list[str] | None = None, on_stage: Callable 
     (e.g. ["texts", "extract"]); `on_stage(i, n, name)` reports progress (the dashboard's bar);
     `force` deletes the run first; `rebuild` builds that stage and every stage after it again."""
     check_run_name(cfg.run)
+    resolve_device(cfg.device)  # a device this machine lacks is refused before anything is touched
     run_dir = cfg.run_dir
     if force and run_dir.is_symlink():
         raise RunError(f"Run '{cfg.run}' is a link to {run_dir.resolve()}; --force deletes only a run's own folder, "
