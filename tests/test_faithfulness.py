@@ -107,8 +107,15 @@ def test_the_summary_intervals_hold_the_mean_and_shrink_with_more_sentences():
 
 
 def test_the_summary_is_seeded():
+    """The same seed gives the same intervals; another seed other bootstrap draws, so other
+    interval ends (the point estimates, which draw nothing, stay)."""
     rows = hand_rows(50, n_seeds=2)
-    pd.testing.assert_frame_equal(summarize_faithfulness(rows, seed=3), summarize_faithfulness(rows, seed=3))
+    a, again, b = (summarize_faithfulness(rows, seed=s) for s in (3, 3, 4))
+    pd.testing.assert_frame_equal(a, again)
+    ends = [c for c in a.columns if c.endswith(("_low", "_high"))]
+    assert ends and not np.allclose(a[ends].to_numpy(float), b[ends].to_numpy(float))
+    points = [c[: -len("_low")] for c in ends if c.endswith("_low") and c[: -len("_low")] in a.columns]
+    assert points and np.allclose(a[points].to_numpy(float), b[points].to_numpy(float))
 
 
 def test_a_method_paired_with_itself_differs_by_exactly_zero():

@@ -13,12 +13,14 @@ import json
 import logging
 import shutil
 import time
+from contextlib import nullcontext
 from typing import Callable
 
 from vqlc_core.base import distributed
 from vqlc_core.build.config import BuildConfig, flag_of
 from vqlc_core.build.run import Manifest, Run
 from vqlc_core.base.hardware import AUTO, resolve_device
+from vqlc_core.base.lock import run_lock
 from vqlc_core.base.runio import RunError, check_run_name
 from vqlc_core.build.stages import stage_names, stage_order, stage_reads
 
@@ -72,9 +74,15 @@ def build(cfg: BuildConfig, stages: list[str] | None = None, on_stage: Callable 
           force: bool = False, rebuild: str | None = None) -> Run:
     """Run the pipeline for `cfg`, skipping stages already complete. `stages` limits which run
     (e.g. ["texts", "extract"]); `on_stage(i, n, name)` reports progress (the dashboard's bar);
-    `force` deletes the run first; `rebuild` builds that stage and every stage after it again."""
+    `force` deletes the run first; `rebuild` builds that stage and every stage after it again.
+    One build of a run at a time: another one of the same run is refused (`lock.run_lock`)."""
     check_run_name(cfg.run)
     resolve_device(cfg.device)  # a device this machine lacks is refused before anything is touched
+    with run_lock(cfg.run_dir) if distributed.is_main() else nullcontext():  # rank 0 holds it for all
+        return _build(cfg, stages, on_stage, force, rebuild)
+
+
+def _build(cfg: BuildConfig, stages, on_stage, force: bool, rebuild: str | None) -> Run:
     run_dir = cfg.run_dir
     if force and run_dir.is_symlink():
         raise RunError(f"Run '{cfg.run}' is a link to {run_dir.resolve()}; --force deletes only a run's own folder, "

@@ -277,6 +277,10 @@ def load_model(source: ModelSource, dtype: torch.dtype = torch.float32, device_m
                           "another --device, or a smaller model.") from err
     except Exception as err:  # missing or mismatched weights, an unknown architecture, too little memory
         raise SourceError(f"Model '{source.name}' could not be loaded from '{source.path}'; {HUB_HELP}.") from err
+    rows = model.get_input_embeddings().num_embeddings
+    if len(tok) > rows:  # a tokenizer of another model: its ids would index past the embedding
+        raise SourceError(f"Model '{source.name}' has {rows} token embeddings but its tokenizer has {len(tok)} "
+                          "tokens; its folder holds another model's tokenizer.")
     return tok, model
 
 
