@@ -146,6 +146,24 @@ class ArrayStore(_Reader):
                 for s in range(0, self.n_rows, self.chunk_rows)]
 
 
+def as_store(X):
+    """`X` as a store: a store as it is; an (N, d) NumPy array or tensor (on any device) in an
+    `ArrayStore`; anything else refused in one sentence."""
+    if hasattr(X, "iter_batches") and hasattr(X, "n_rows"):
+        return X
+    if hasattr(X, "detach"):  # a torch tensor
+        X = X.detach().float().cpu().numpy()
+    try:
+        arr = np.asarray(X, dtype=np.float32)
+    except (TypeError, ValueError) as err:
+        raise RunError(f"Expected a store or an (N, d) array of vectors, got {type(X).__name__}.") from err
+    if arr.ndim != 2 or not arr.size:
+        raise RunError(f"Expected an (N, d) array of vectors, got shape {arr.shape}.")
+    if not np.isfinite(arr).all():
+        raise RunError("The vectors hold NaN or infinite values; remove those rows first.")
+    return ArrayStore(np.ascontiguousarray(arr))
+
+
 class ActivationStore(_Reader):
     """A finished store on disk, memory-mapped. Opening checks the shards against store.json."""
 

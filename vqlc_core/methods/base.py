@@ -18,6 +18,7 @@ import numpy as np
 import psutil
 
 from vqlc_core.base.runio import RunError, read_json, read_safetensors, write_json, write_safetensors
+from vqlc_core.data.store import as_store
 from vqlc_core.methods.metrics import perplexity_from_counts
 
 # The registry: every concept method, by name, as "module:class" (imported on first use) or as
@@ -201,7 +202,10 @@ class ConceptMethod:
 
     # --- fit and predict --------------------------------------------------------------------
     def fit(self, store, rows: np.ndarray | None = None) -> "ConceptMethod":
-        """Fit on the store's `rows` (all rows when None); fit time and peak memory go to `fit_info_`."""
+        """Fit on the store's `rows` (all rows when None), or on an (N, d) NumPy array or tensor
+        of vectors as scikit-learn's estimators are (`vq.VQLC(n_concepts=400).fit(X)`); returns
+        self. Fit time and peak memory go to `fit_info_`."""
+        store = as_store(store)
         rows = np.arange(store.n_rows) if rows is None else np.unique(np.asarray(rows, dtype=np.int64))
         self.check_n_rows(len(rows))
         t0 = time.perf_counter()
