@@ -78,7 +78,9 @@ if st.button(f"Build '{cfg.run}'", type="primary", icon=":material/play_arrow:")
         stage_line.caption(f"Stage {min(i + 1, n)} of {n}: {stage}" if stage != "done" else "All stages done.")
 
     with vqlc_ui.guard(), vqlc_ui.build_messages(lambda m: said.info(vqlc_ui.plain(m))):
+        from vqlc_core.base.hardware import torch_threads, usable_cores
         from vqlc_core.build.pipeline import build
 
-        build(cfg, on_stage=on_stage)
+        with torch_threads(usable_cores()):  # the server explains on one thread; a build uses every core
+            build(cfg, on_stage=on_stage)
     st.success(f"Run '{cfg.run}' is built; open the Concepts page.")

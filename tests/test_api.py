@@ -29,6 +29,22 @@ def test_the_readmes_python_example_runs_on_a_run_named_default(apptest_run, tmp
     assert re.match(r"VQLC prediction concept c\d+: (mostly|mixed) .* p = ", out[1]), out[1]  # named by its members
     assert out[3].startswith("confidence change ")
     assert re.fullmatch(r"\(1, \d+, 384\)", out[4])  # MiniLM's width at the run's layer
+    assert len(out) == 8 and all(re.match(r"c\d+: .+ \d+ [01]\.\d+$", line) for line in out[5:]), out[5:]
+
+
+def test_importing_the_package_loads_no_heavy_library_until_a_name_needs_one():
+    import subprocess
+    import sys
+
+    code = ("import sys, vqlc_core as vq; heavy = ('torch', 'sklearn', 'plotly', 'pandas');"
+            "print(*[m in sys.modules for m in heavy]); vq.VQLC; print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    first, then = out.stdout.splitlines()
+    assert first == "False False False False" and then == "True"
+    assert "ConceptSet" in dir(vqlc_core)
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        vqlc_core.nothing
 
 
 def test_everything_in_all_is_importable_from_the_package():

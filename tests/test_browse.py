@@ -261,7 +261,7 @@ def test_the_coloured_sentence_is_html_that_no_markdown_touches(text):
 
 @pytest.mark.parametrize("text", MARKDOWN_INPUTS)
 def test_literal_html_turns_every_markdown_trigger_of_the_text_into_a_reference(text):
-    from vqlc_ui.views import literal_html
+    from vqlc_ui.escape import literal_html
 
     body = literal_html(browse.highlight_html(text, 0, len(text.split()[0])))
     assert _shown_text(body) == text and "<mark><b>" in body

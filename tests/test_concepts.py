@@ -94,6 +94,20 @@ def test_a_concept_set_holds_the_mean_state_of_each_concepts_members(table):
     assert cs.label(0) == "c0: good" and cs.label(3) == "c3: mostly negative (66%) · good"
 
 
+def test_a_concept_set_iterates_the_records_of_its_concepts_with_members(table):
+    tokens, assignments = table
+    x = np.arange(len(ROWS) * 3, dtype=np.float32).reshape(len(ROWS), 3)
+    cs = ConceptSet.from_assignments("kmeans", ArrayStore(x, tokens, chunk_rows=4), assignments, 4, CLASSES)
+    records = list(cs)
+    assert [c.id for c in records] == [0, 1, 3]  # concept 2 has no members
+    good, pred = records[0], records[2]
+    assert (good.label, good.size, good.top_words[0], good.dominant_class) == ("c0: good", 4, ("good", 4), "negative")
+    assert good.class_counts == {"positive": 1, "negative": 3} and good.purity == 0.75 and not good.is_prediction
+    assert np.allclose(good.vector, x[assignments == 0].mean(axis=0))
+    assert pred.is_prediction and pred.size == 3 and len(pred.examples) == 3
+    assert json.loads(json.dumps(good.to_dict()))["vector"] == good.vector.tolist()
+
+
 def split_store(x: np.ndarray, splits: list[str], assignments: np.ndarray, chunk_rows: int = 3) -> ArrayStore:
     tokens = pd.DataFrame({"text_id": np.arange(len(x)), "word_index": 0, "word": [f"w{k}" for k in assignments],
                            "kind": "word", "label": 0, "split": splits})

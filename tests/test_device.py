@@ -120,3 +120,15 @@ def test_the_apptest_run_builds_end_to_end_with_bfloat16_compute_and_with_bfloat
             assert abs(sum(ex.attributions) - 1) < 1e-4
     finally:
         shutil.rmtree(cache, ignore_errors=True)
+
+
+def test_a_thread_setting_holds_for_its_block_and_is_set_back():
+    from vqlc_core.base.hardware import torch_threads, usable_cores
+
+    before = torch.get_num_threads()
+    with torch_threads(1):
+        assert torch.get_num_threads() == 1
+        with torch_threads(usable_cores()):  # a build started from the server, which explains on one
+            assert torch.get_num_threads() == usable_cores() >= 1
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before

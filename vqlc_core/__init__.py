@@ -15,24 +15,38 @@ The package is layered, lowest first: base, data, methods, explain, evaluate, ll
 (a module imports only its own layer and the ones below it).
 """
 
-from vqlc_core.base.runio import CorruptStage, RunError
-from vqlc_core.build.config import PRESETS, BuildConfig, preset
-from vqlc_core.build.pipeline import build
-from vqlc_core.build.run import Run, list_runs, open_run
-from vqlc_core.data.backbone import Backbone, capture
-from vqlc_core.explain.ablation import ablate
-from vqlc_core.explain.explainer import Explainer, Explanation
-from vqlc_core.methods.base import REGISTRY, ConceptMethod, display_name, method_class, method_names
-from vqlc_core.methods.concepts import ConceptSet
-from vqlc_core.methods.kmeans import KMeansConcepts
-from vqlc_core.methods.lacoat import LACOAT
-from vqlc_core.methods.sae import SAEConcepts
-from vqlc_core.methods.vqlc import VQLC
+import importlib
+
+# Each public name and the module it lives in: a name is imported when first used (PEP 562, as
+# scikit-learn's root does), so `import vqlc_core` loads no torch, scikit-learn or plotly.
+_HOMES = {
+    "CorruptStage": "base.runio", "RunError": "base.runio",
+    "PRESETS": "build.config", "BuildConfig": "build.config", "preset": "build.config",
+    "build": "build.pipeline",
+    "Run": "build.run", "list_runs": "build.run", "open_run": "build.run",
+    "Backbone": "data.backbone", "capture": "data.backbone",
+    "ablate": "explain.ablation",
+    "Explainer": "explain.explainer", "Explanation": "explain.explainer",
+    "REGISTRY": "methods.base", "ConceptMethod": "methods.base", "display_name": "methods.base",
+    "method_class": "methods.base", "method_names": "methods.base",
+    "ConceptSet": "methods.concepts", "Concept": "methods.records",
+    "KMeansConcepts": "methods.kmeans", "LACOAT": "methods.lacoat", "SAEConcepts": "methods.sae", "VQLC": "methods.vqlc",
+}
+
+
+def __getattr__(name: str):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'vqlc_core' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"vqlc_core.{home}"), name)
+    globals()[name] = value  # looked up once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOMES))
+
 
 __version__ = "0.2.0"
 
-__all__ = [
-    "LACOAT", "PRESETS", "REGISTRY", "VQLC", "Backbone", "BuildConfig", "ConceptMethod", "ConceptSet", "CorruptStage",
-    "Explainer", "Explanation", "KMeansConcepts", "Run", "SAEConcepts", "RunError", "ablate", "build", "capture", "display_name", "list_runs", "method_class",
-    "method_names", "open_run", "preset", "__version__",
-]
+__all__ = sorted(_HOMES) + ["__version__"]

@@ -19,7 +19,8 @@ _quiet.setLevel(logging.ERROR)
 try:
     from .loaders import (ablate, cache_dir, cloud, concept_map, concepts, evaluation, explain, explainer, load_run,
                           prediction_members, stamp, texts, tokens, warm_up)
-    from .views import ablation_panel, colored_sentence, concept_picture, concept_view, plain, prediction_concept
+    from .escape import plain
+    from .views import ablation_panel, colored_sentence, concept_picture, concept_view, prediction_concept
     from .widgets import (EXAMPLE, app_navigation, build_messages, guard, persisted, pin_button, rebuild_button, sidebar, text_input, text_key,
                           well_formed_typing)
 finally:

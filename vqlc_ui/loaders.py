@@ -39,11 +39,6 @@ def concepts(run_dir: str, _stamp: int, method: str):
 
 @st.cache_resource(show_spinner="Loading the model and the concept methods...", max_entries=2)
 def explainer(run_dir: str, _stamp: int):
-    import torch
-
-    # One server process serves every session: one intra-op thread per forward keeps concurrent
-    # explanations from oversubscribing the cores (on 2 cores, 2 threads barely beat 1).
-    torch.set_num_threads(1)
     run = load_run(run_dir, _stamp)
     ex = run.explainer({m: (method_model(run_dir, _stamp, m), concepts(run_dir, _stamp, m))
                         for m in run.methods_built()})

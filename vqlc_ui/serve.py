@@ -53,6 +53,13 @@ def preload() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    import torch
+
+    # The server's process-wide settings, here alone. One server process serves every session:
+    # one intra-op thread per forward keeps concurrent explanations from oversubscribing the
+    # cores (on 2 cores, 2 threads barely beat 1); a build started from a page runs on every
+    # core for its duration (`hardware.torch_threads`).
+    torch.set_num_threads(1)
     preload()
     from streamlit.web.cli import main as streamlit
 

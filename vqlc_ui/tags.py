@@ -12,16 +12,11 @@ from vqlc_core.evaluate import tag_alignment
 from vqlc_core.evaluate.evaluation import concept_faithfulness
 
 from .loaders import concepts, load_run
+from .escape import plain
 from .loaders import stamp as loaders_stamp
 
 SORTS = ("id", "size", "purity", "alignment", "faithfulness")
 ANY = "any tag"
-
-
-def _plain(text: str) -> str:
-    from .views import plain
-
-    return plain(text)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -66,7 +61,7 @@ def tags_caption(run, method: str, k: int, stamp: int) -> None:
     """Concept k's strongest tags under its name ('Tags: ADJ (POS) 96% · ...'), if any."""
     line = card_line(str(run.dir), stamp, method, k)
     if line:
-        st.caption(_plain("Tags: " + line), help="the share of the concept's train members with each tag, the "
+        st.caption(plain("Tags: " + line), help="the share of the concept's train members with each tag, the "
                    "tags most over-represented against the corpus first; ✓: the concept is aligned with the tag (at least "
                    "90% of its tagged members carry it, as ConceptX)")
 
@@ -82,7 +77,7 @@ def missing_caption(run) -> None:
     missing = tag_alignment.missing_tag_sets(run)
     if missing:
         whys = sorted(set(missing.values()))
-        st.caption(_plain(f"No {', '.join(TAG_SETS[s] for s in missing)} tags for this run: {'; '.join(whys)}."))
+        st.caption(plain(f"No {', '.join(TAG_SETS[s] for s in missing)} tags for this run: {'; '.join(whys)}."))
 
 
 def filter_and_sort(run, method: str, stamp: int, ids: list[int]) -> list[int]:

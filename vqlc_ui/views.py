@@ -6,7 +6,6 @@ they give shown above the cards."""
 from __future__ import annotations
 
 import html
-import re
 
 import plotly.express as px
 import streamlit as st
@@ -21,29 +20,14 @@ from vqlc_core.methods.concepts import prediction_examples
 
 from .loaders import (ablate, cloud, concepts, feature_contexts, prediction_members, stamp, texts, thumbnail, tokens,
                       top_activations)
+from .escape import literal_html, plain
 from .tags import tags_caption
 from .widgets import guard, text_key, toast_after_rerun
 
-_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|~<>$&])")
-# In escaped HTML, a tag, a character reference, or one ASCII punctuation character of the text.
-_HTML_TEXT = re.compile(r"(<[^>]*>|&(?:#\d+|#x[0-9a-fA-F]+|[A-Za-z]\w*);)|([!-/:-@\[-`{-~])")
 # The ablation result stays in view while the cards under it scroll, so it is always beside the
 # toggle just pressed (the header bar is 3.75rem high).
 _STICKY = ("<style>div:has(> [class*='st-key-ablation_result_']) {position: sticky; top: 3.75rem; z-index: 3; "
            "background: var(--st-background-color, #fff);}</style>")
-
-
-def plain(text: str) -> str:
-    """`text` for st.markdown / st.caption, shown as it is (no markup, math or HTML)."""
-    return _MARKDOWN.sub(r"\\\1", text)
-
-
-def literal_html(body: str) -> str:
-    """Escaped HTML (tags, and text escaped with `html.escape`) for st.markdown, its text shown as
-    it is: each ASCII punctuation character of the text becomes a numeric character reference,
-    which Markdown takes as a literal character (no math between `$`, no escape by `\\`, no
-    code, emphasis or strike-through), while tags and references stay as they are."""
-    return _HTML_TEXT.sub(lambda m: m.group(1) or f"&#{ord(m.group(2))};", body)
 
 
 def colored_sentence(text: str, words: list[dict], concept_ids: list[int], labels: dict[int, str]) -> None:

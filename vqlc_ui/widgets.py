@@ -18,6 +18,7 @@ from vqlc_core.views.browse import EXAMPLE  # the pages open on it; the build ex
 from vqlc_core.data.inputs import clean_input
 from vqlc_core.views.pins import add_pin, load_pins
 from vqlc_core.build.run import Run, default_run, list_runs
+from vqlc_core.base.hardware import torch_threads, usable_cores
 from vqlc_core.base.runio import CorruptStage, RunError
 from vqlc_core.build.run import unfinished_message
 
@@ -67,7 +68,7 @@ def rebuild_button(run_dir: Path, stage: str) -> None:
     run_dir = Path(run_dir)
     bar = st.progress(0.0, text="starting")
     said = st.empty()
-    with guard(), build_messages(said.text):
+    with guard(), build_messages(said.text), torch_threads(usable_cores()):  # every core, as a build from the shell
         build(Run(run_dir).rebuild_config(), rebuild=stage,
               on_stage=lambda i, n, name: bar.progress(i / n, text=f"{name} ({i}/{n})"))
     st.success(f"Run '{run_dir.name}' is rebuilt from stage '{stage}'; reload the page.")

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import os
+from contextlib import contextmanager
+from typing import Iterator
 
 import torch
 
@@ -32,6 +34,26 @@ def resolve_dtype(name: str) -> str:
     if name != AUTO:
         return name
     return "bfloat16" if native_bf16() else "float32"
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity; all of them where that is unknown)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+@contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """torch's intra-op threads set to `n` while the block runs, and set back after it (the
+    dashboard's server explains on one thread; a build it starts runs on every core)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(max(1, int(n)))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 DEVICES_HELP = "auto (a GPU when there is one, else the CPU), cpu, cuda or cuda:N"

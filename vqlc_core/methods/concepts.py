@@ -14,12 +14,14 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pandas as pd
 
 from vqlc_core.base.runio import RunError, read_json, read_npy, read_parquet, write_json, write_npy, write_parquet
 from vqlc_core.methods.naming import class_phrase, distinctive_content_words, distinctive_words
+from vqlc_core.methods.records import Concept
 
 
 # What a concept's vector is, by name. Every definition is kept with the set (extra
@@ -223,6 +225,18 @@ class ConceptSet:
         extra = {**dict(extra or {}), **{f"vectors_{k}": v.astype(np.float32) for k, v in defs.items()}}
         return cls(method, assignments, defs[vectors].astype(np.float32), summary, list(class_names), extra, info,
                    mean)
+
+    def concept(self, k: int) -> Concept:
+        """Concept k as a record (`records.Concept`)."""
+        row = self.summary.loc[int(k)]
+        return Concept(int(k), self.method, self.label(k), int(row["size"]), int(row["size_all"]),
+                       bool(int(row["size"]) and is_prediction_concept(row)), self.top_words(k, 30),
+                       self.distinctive_words(k, 30), json.loads(row["class_counts"]), str(row["dominant_class"]),
+                       float(row["purity"]), self.vectors[int(k)], [tuple(e) for e in json.loads(row["examples"])])
+
+    def __iter__(self) -> Iterator[Concept]:
+        """The records of the concepts with train members (`used_ids`), in id order."""
+        return (self.concept(k) for k in self.used_ids())
 
     def top_words(self, k: int, n: int = 10) -> list[tuple[str, int]]:
         return [tuple(x) for x in json.loads(self.summary.at[k, "top_words"])[:n]]

@@ -1,0 +1,33 @@
+"""One concept as a record: what a notebook reads of concept k of a `ConceptSet` (iterating a
+set yields these), with `to_dict()` for JSON."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Concept:
+    """Concept `id` of a method's set: its label (as the pages show it), its train members'
+    counts, words and classes, and its vector (the mean state of its members, by the set's
+    definition). `examples` are (text_id, word_index) of sampled train members."""
+
+    id: int
+    method: str
+    label: str
+    size: int  # train members
+    size_all: int  # members among all rows, dev and test included
+    is_prediction: bool  # mostly prediction rows (pooled states) rather than words
+    top_words: list[tuple[str, int]]
+    distinctive_words: list[tuple[str, float]]
+    class_counts: dict[str, int]
+    dominant_class: str
+    purity: float
+    vector: np.ndarray
+    examples: list[tuple[int, int]]
+
+    def to_dict(self) -> dict:
+        """Plain JSON types (the vector as a list)."""
+        return {**asdict(self), "vector": self.vector.tolist()}
