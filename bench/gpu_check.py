@@ -63,8 +63,8 @@ def build_on(device: str, run: str, args, model: str, cache: Path, from_run: Pat
     cfg = preset("decoder", run=run, cache_dir=cache, device=device, model=model, limit=args.texts,
                  seeds=[0], methods=["vqlc"], n_concepts=args.concepts, finetune_max_steps=args.finetune_steps,
                  faithfulness_texts=20, weights=weights)
+    shutil.rmtree(cfg.run_dir, ignore_errors=True)  # every check measures afresh
     if from_run is not None:
-        shutil.rmtree(cfg.run_dir, ignore_errors=True)
         shutil.copytree(from_run, cfg.run_dir)
         Run(cfg.run_dir, cfg).invalidate_from("extract")  # the same texts and fine-tuned weights
     return build(cfg, stages=STAGES)
