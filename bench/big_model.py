@@ -212,7 +212,7 @@ def run_vqlc(key: str, model_dir: Path, args, cache: Path) -> dict:
         stages = json.loads(manifest.read_text())["stages"]
         out["stages_s"] = {s: v.get("wall_s") for s, v in stages.items()}
         ex = stages["extract"]
-        out.update(load_s=ex.get("load_s"), extract_s=ex.get("extract_s"), weights=ex.get("weights"),
+        out.update(extract_s=ex.get("extract_s"), weights=ex.get("weights"),
                    n_rows=ex.get("n_rows"), dim=ex.get("dim"))
     return out
 

@@ -23,14 +23,12 @@ import json
 import logging
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 STAGES = ["texts", "finetune", "extract", "classifier", "fitset", "vqlc"]
 
 
@@ -45,7 +43,7 @@ def model_source(name: str) -> tuple[str, bool]:
         resolve_model("smollm2-135m", cache_dir=ROOT / "cache")
         return "smollm2-135m", False
     except SourceError:
-        from bench.big_model import write_model
+        from big_model import write_model  # beside this script
 
         out = ROOT / "cache" / "bench_models" / "135m"
         write_model("135m", out)
@@ -79,7 +77,7 @@ def tokens_of(run) -> int:
 
 def latency(run, device: str, n: int = 30, words: int = 40) -> dict:
     """The explainer's time per 40-word input on `device` (VQLC only), after one warm-up call."""
-    from bench.latency import inputs_of_length
+    from latency import inputs_of_length  # beside this script
     from vqlc_core.build.run import Run
 
     os.environ["VQLC_DEVICE"] = device

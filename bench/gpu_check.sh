@@ -8,4 +8,5 @@ cd "$(dirname "$0")/.."
 PY=python3
 [ -x .venv/bin/python ] && PY=.venv/bin/python
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # vqlc_core from this checkout, installed or not
 exec timeout --signal=INT 480 "$PY" bench/gpu_check.py "$@"

@@ -78,17 +78,15 @@ def resolve_device(name: str = AUTO) -> str:
         return f"cuda:{local}" if torch.cuda.is_available() else "cpu"
     if name == "cpu":
         return "cpu"
-    if name == "cuda" or (name.startswith("cuda:") and name[5:].isdigit()):
-        if not torch.cuda.is_available():
-            raise RunError(f"--device {name} needs a CUDA GPU, and torch sees none here (torch {torch.__version__}, "
-                           f"{'a CPU-only build' if torch.version.cuda is None else 'CUDA ' + torch.version.cuda}); "
-                           "use --device cpu, or install a CUDA build of torch with VQLC_TORCH=cu128 scripts/setup.sh.")
-        index = local if name == "cuda" else int(name[5:])
-        if index >= torch.cuda.device_count():
-            raise RunError(f"--device {name} names GPU {index}, but this machine has "
-                           f"{torch.cuda.device_count()} (cuda:0..cuda:{torch.cuda.device_count() - 1}).")
-        return f"cuda:{index}"
-    return "cpu"
+    if not torch.cuda.is_available():  # cuda or cuda:N from here on
+        raise RunError(f"--device {name} needs a CUDA GPU, and torch sees none here (torch {torch.__version__}, "
+                       f"{'a CPU-only build' if torch.version.cuda is None else 'CUDA ' + torch.version.cuda}); "
+                       "use --device cpu, or install a CUDA build of torch with VQLC_TORCH=cu128 scripts/setup.sh.")
+    index = local if name == "cuda" else int(name[5:])
+    if index >= torch.cuda.device_count():
+        raise RunError(f"--device {name} names GPU {index}, but this machine has "
+                       f"{torch.cuda.device_count()} (cuda:0..cuda:{torch.cuda.device_count() - 1}).")
+    return f"cuda:{index}"
 
 
 def free_bytes(device: str) -> int:

@@ -49,9 +49,10 @@ class ExtractConfig:
     max_length: int = opt(128, "tokens per text; longer texts are truncated")
     dtype: str = opt("float32", "bfloat16 autocast is faster on CPUs with BF16", choices=DTYPES)
     weights: str = opt(AUTO, "the precision the model's weights are loaded in, directly from its files (never "
-                             "through a float32 copy): auto = --dtype's on a GPU when the model is not fine-tuned "
-                             "in full (frozen or LoRA), float32 on a CPU unless float32 weights would not fit in "
-                             "its memory; the choice is recorded in the manifest", choices=WEIGHT_DTYPES)
+                             "through a float32 copy): auto = float32 for full fine-tuning; otherwise on a GPU the "
+                             "model's own half precision (else --dtype's), on a CPU float32 unless float32 weights "
+                             "would not fit in its memory; the choice is recorded in the manifest",
+                       choices=WEIGHT_DTYPES)
     batch_size: int = opt(32, "texts per forward pass")
     chunk_texts: int = opt(512, "texts per extraction chunk, the unit of resumption and of sharing out under "
                                 "torchrun: rank r takes chunks r, r+N, ...")

@@ -183,7 +183,6 @@ def load_tokenizer(spec: str, cache_dir: Path = Path("cache")) -> tuple:
 
 GB = 1024**3
 WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth")
-_ITEMSIZE = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float64": 8}
 RUN_OVERHEAD = GB  # activations, tokenizer, the store's buffers: what a forward needs beside the weights
 
 
@@ -193,7 +192,7 @@ def stored_dtype(source: ModelSource) -> str:
     path = Path(source.path)
     config = read_json(path / "config.json") if (path / "config.json").is_file() else {}
     name = str(config.get("dtype") or config.get("torch_dtype") or "float32").replace("torch.", "")
-    return name if name in _ITEMSIZE else "float32"
+    return name if isinstance(getattr(torch, name, None), torch.dtype) else "float32"
 
 
 def parameter_count(source: ModelSource) -> int | None:
@@ -204,13 +203,13 @@ def parameter_count(source: ModelSource) -> int | None:
         return None
     files = {f for pattern in WEIGHT_FILES for f in path.glob(pattern)}
     stored = sum(f.stat().st_size for f in files)
-    return stored // _ITEMSIZE[stored_dtype(source)] if stored else None
+    return stored // getattr(torch, stored_dtype(source)).itemsize if stored else None
 
 
 def weights_bytes(source: ModelSource, dtype: str) -> int | None:
     """What the weights of `source` take in memory once loaded in `dtype`; None when unknown."""
     n = parameter_count(source)
-    return None if n is None else n * _ITEMSIZE[dtype]
+    return None if n is None else n * getattr(torch, dtype).itemsize
 
 
 def choose_weights(setting: str, source: ModelSource, compute: str, device: str, full_finetune: bool,

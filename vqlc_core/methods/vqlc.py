@@ -120,8 +120,7 @@ class VQLC(ModuleMethod):
         under torchrun, trains on this rank's device."""
         o = mcfg.options_of("vqlc")
         return cls(n_concepts=mcfg.n_concepts, beta=o["beta"], epochs=o["epochs"], seed=seed,
-                   **VARIANTS[o["variant"]], checkpoint_dir=str(Path(workdir) / "checkpoint"),
-                   device=distributed.device() if distributed.world() > 1 else "cpu")  # the build sets --device
+                   **VARIANTS[o["variant"]], checkpoint_dir=str(Path(workdir) / "checkpoint"))  # device: the build's
 
     @classmethod
     def fit_rows(cls, mcfg, store, fitset: np.ndarray) -> np.ndarray:
