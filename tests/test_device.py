@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from vqlc_core.base.hardware import check_device_name, resolve_device, smaller_batch
-from vqlc_core.base.runio import RunError, SourceError
+from vqlc_core.base.runio import RunError, SourceError, read_json
 from vqlc_core.build.cli import main
 from vqlc_core.data.models import GB, check_fits, choose_weights, parameter_count, resolve_model, weights_bytes
 
@@ -107,6 +107,9 @@ def test_the_apptest_run_builds_end_to_end_with_bfloat16_compute_and_with_bfloat
             assert extract["weights"]["dtype"] == want and extract["weights"]["device"] == "cpu"
             assert run.manifest.data["config"]["extract"]["dtype"] == ("bfloat16" if name == "bf16-compute"
                                                                        else "float32")
+            if name == "bf16-compute":  # Integrated Gradients runs in float32 beside a bf16 forward
+                ig = read_json(run.dir / "eval" / "measures.json")["integrated_gradients"]
+                assert ig["completeness_error_max"] < 1e-3, ig
             acc = run.classifier_metrics["accuracy"]
             assert acc["train"] > 0.6 and (acc["dev"] + acc["test"]) / 2 > 0.55, (name, acc)
             cs = run.concepts("vqlc")

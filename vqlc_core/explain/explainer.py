@@ -124,11 +124,14 @@ class Explainer:
 
     def attributions(self, enc, states: torch.Tensor, targets, how: str = "ig") -> Attribution:
         """Token attributions (B, T) at layer l toward `targets` from `baseline_states` (see
-        `layer_attributions`)."""
+        `layer_attributions`), computed in float32 (in the weights' dtype where they are half): under
+        bf16 autocast the path's
+        gradients and ends are rounded, and on a LoRA-tuned SmolLM2 (layer 29, 30 MR test
+        sentences, 8 nodes) the completeness error was 1.9% mean, 23% max at 8 nodes and 1.7%,
+        20% at 16, against 0.000% mean, 0.004% max in float32 (about 1.5x the time)."""
         base = self.baseline_states(enc, states)
-        with autocast(self.autocast_dtype):
-            return layer_attributions(self.classifier, enc, self.layer, states, targets, self.ig_steps, how,
-                                      baseline=base)
+        return layer_attributions(self.classifier, enc, self.layer, states.float(), targets, self.ig_steps, how,
+                                  baseline=base)
 
     def salient(self, enc, states: torch.Tensor, targets, words: list, how: str = "ig"):
         """Per text of a batch: its word scores (see `word_scores`) and its salient words (the
