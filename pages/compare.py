@@ -7,7 +7,7 @@ import vqlc_ui
 from vqlc_ui import tags
 from vqlc_core.methods.base import display_name
 from vqlc_core.views import browse, charts
-from vqlc_core.evaluate import sae_compare, tables
+from vqlc_core.evaluate import instrument, sae_compare, tables
 
 
 def table(frame) -> None:
@@ -52,6 +52,14 @@ st.caption("Each target's drop minus its control's on the same sentences and see
            "ablation removes the energy closest to the target's. Above zero: the concept matters more than an "
            "equally large cut.")
 st.markdown(tables.matched_table(run))
+st.subheader("Beyond the single cut")
+st.caption("The same prediction concepts and controls measured otherwise, on a sample of the test sentences: "
+           + "; ".join(f"**{m}**: {d}" for m, d in instrument.DESCRIPTIONS.items())
+           + ". ERASER's controls are as many random words of the same sentence; the others are the matched cuts "
+             "above. Each row is the target's value minus its control's with its 95% interval.")
+st.markdown(tables.instrument_table(run))
+if not (ins_rows := run.instrument_rows()).empty:
+    st.plotly_chart(charts.dose_figure(instrument.dose_curves(ins_rows)), width="stretch", key="dose_chart")
 st.header("Cost and codebook use")
 cost = browse.cost_table(measures)
 table(charts.display_frame(cost))

@@ -77,3 +77,25 @@ def test_the_differences_pair_each_target_with_its_controls(setup):
     assert set(d["control"]) >= set(MATCHED[PREDICTION]) | set(ins.RANDOM_WORDS.values())
     assert (d["diff_conf_drop_low"] <= d["diff_conf_drop"] + 1e-12).all()
     assert (d["diff_conf_drop"] <= d["diff_conf_drop_high"] + 1e-12).all()
+
+
+def test_the_evaluate_stage_writes_the_instruments_and_their_full_cut_is_the_faithfulness_rows(apptest_run):
+    """The evaluate stage measures a seeded sample of the faithfulness sentences with every
+    instrument but the pooled-only cut; its α = 1 rows are that stage's own ablation rows, and
+    the tables the Compare page shows are read from them."""
+    from vqlc_core.base.runio import read_parquet
+    from vqlc_core.evaluate.tables import instrument_table
+
+    run = apptest_run
+    rows = run.instrument_rows()
+    n = min(run.cfg.eval.instrument_texts, run.cfg.eval.faithfulness_texts)
+    assert rows["text_index"].nunique() == n and set(rows["seed"]) == set(run.cfg.method_seeds)
+    assert set(rows["measure"]) == set(ins.MEASURES) and set(rows["position"]) == {ins.EVERY}
+    faith = read_parquet(run.dir / "eval" / "faithfulness_rows.parquet")
+    full = rows[(rows["measure"] == ins.DOSE) & (rows["alpha"] == 1.0)]
+    m = full.merge(faith, on=["seed", "method", "target", "text_index"])
+    assert len(m) == len(full) > 0 and np.allclose(m["conf_drop_x"], m["conf_drop_y"], atol=1e-6)
+    d = read_parquet(run.dir / "eval" / "instrument.parquet")
+    assert set(d["measure"]) == set(ins.MEASURES)
+    table = instrument_table(run)
+    assert table.count("\n") == len(d) + 1 and "IG salient words" in table

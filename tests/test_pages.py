@@ -18,6 +18,7 @@ from streamlit.testing.v1 import AppTest
 from tests.conftest import ROOT
 from vqlc_core.views import report
 from vqlc_core.build.run import FORMAT_VERSION
+from vqlc_core.evaluate.faithfulness import MATCHED, PREDICTION
 
 RUN = "apptest"
 PAGES = ["concepts", "codebook_map", "explain", "compare", "case_study", "judges", "labels", "build"]
@@ -172,8 +173,12 @@ def test_saving_a_label_says_so_once_after_the_page_reruns(apptest_run, tmp_path
 @pytest.mark.slow
 def test_compare_shows_the_three_methods_and_the_faithfulness_table(cache_env):
     at = rendered(page("compare", text=SENTENCE), "compare")
-    assert [s.value for s in at.subheader] == ["VQLC", "K-Means", "LACOAT", "Against energy-matched controls"]
+    assert [s.value for s in at.subheader] == ["VQLC", "K-Means", "LACOAT", "Against energy-matched controls",
+                                                "Beyond the single cut"]
     assert any("| VQLC | prediction concept | matched concept |" in m.value for m in at.markdown)
+    assert any("| dose | 0.25 | VQLC | prediction concept − matched concept |" in m.value for m in at.markdown)
+    assert any("| comprehensiveness | 1 | IG salient words | salient words − random words" in m.value
+               for m in at.markdown)
     assert len(html_bodies(at)) == 3
     faith, cost = (d.value for d in at.dataframe[:2])
     assert set(faith["method"]) == {"control", "K-Means", "LACOAT", "VQLC"}
@@ -184,10 +189,16 @@ def test_compare_shows_the_three_methods_and_the_faithfulness_table(cache_env):
     shown_as = json.loads(at.dataframe[0].proto.columns)  # numbers as rounded, not cut at four decimals
     assert shown_as["mean confidence drop"]["type_config"]["format"] == "%g"
     specs = plotly_specs(at)
-    assert len(specs) == 2
-    titles = [a["text"] for a in specs[1]["layout"]["annotations"]]
+    assert len(specs) == 3
+    titles = [a["text"] for a in specs[2]["layout"]["annotations"]]
     assert titles == ["fit time (s)", "peak memory (MB)"]  # not 'variable=fit_time_s'
     assert {t["name"] for t in specs[0]["data"]} == {"control", "K-Means", "LACOAT", "VQLC"}
+    dose = specs[1]  # the dose–response lines: one per target, in a panel per method
+    assert [a["text"] for a in dose["layout"]["annotations"]] == ["VQLC", "K-Means", "LACOAT"]
+    assert {t["name"] for t in dose["data"]} == {"prediction concept", *MATCHED[PREDICTION]}
+    points = [len(base64.b64decode(t["x"]["bdata"])) // 8 if isinstance(t["x"], dict) else len(t["x"])
+              for t in dose["data"]]  # plotly sends float64 arrays as base64
+    assert points == [4] * len(dose["data"])  # α = 0.25, 0.5, 0.75, 1
 
 
 @pytest.mark.slow

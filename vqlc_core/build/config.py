@@ -117,16 +117,21 @@ class MethodsConfig:
 
 @dataclass
 class EvalConfig:
-    """Stage `evaluate`: the faithfulness table."""
+    """Stage `evaluate`: the faithfulness table and the instruments beside it."""
 
     faithfulness_texts: int = opt(400, "test texts in the faithfulness table")
     # From the train rows' mean state with Gauss-Legendre nodes, 16 steps leave a completeness error
     # under 0.01% on MiniLM (50 MR test sentences; 8 steps: 0.15%), at a p95 under 300 ms for 40 words.
     ig_steps: int = opt(16, "Integrated Gradients steps for salient words")
+    instrument_texts: int = opt(60, "test texts (a seeded sample of the faithfulness table's) on which the prediction "
+                                    "concept is also measured by dose-response (a fraction 0.25 .. 1 of it cut), a "
+                                    "probe of the layer's pooled states, and ERASER comprehensiveness and sufficiency "
+                                    "of the salient and concept words, each against its controls (0: none)")
 
     def __post_init__(self):
         at_least(self, "faithfulness_texts", 1)
         at_least(self, "ig_steps", 1)
+        at_least(self, "instrument_texts", 0)
 
 
 # section name -> its dataclass, in stage order

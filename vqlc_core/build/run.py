@@ -220,6 +220,11 @@ class Run:
     def measures(self) -> dict:
         return read_json(self.dir / "eval" / "measures.json")
 
+    def instrument_rows(self) -> pd.DataFrame:
+        """eval/instrument_rows.parquet: the instruments' rows (empty for a run built without)."""
+        path = self.dir / "eval" / "instrument_rows.parquet"
+        return read_parquet(path) if path.exists() else pd.DataFrame()
+
     # --- stages -----------------------------------------------------------------------------
     def stage_order(self) -> list[str]:
         return stage_names(self.cfg.methods.methods)

@@ -12,6 +12,7 @@ import pandas as pd
 from vqlc_core.base.runio import read_json, read_parquet, write_json, write_parquet
 from vqlc_core.evaluate.faithfulness import (PREDICTION, faithfulness, matched_differences, paired_differences,
                                               summarize_faithfulness)
+from vqlc_core.evaluate.instrument import EVERY, fit_probe, instrument, instrument_differences
 from vqlc_core.methods.concepts import train_mask
 from vqlc_core.methods.metrics import assignment_ami, centroid_r2, codebook_perplexity, dead_codes
 
@@ -156,13 +157,24 @@ def evaluate(run) -> dict:
     (eval/faithfulness_rows.parquet), their summary with 95% intervals (eval/faithfulness.parquet),
     per predicted class (eval/faithfulness_by_class.parquet), each target against its
     energy-matched controls (eval/matched.parquet, eval/matched_by_class.parquet) and the paired
-    differences between VQLC and each other method (eval/paired.parquet)."""
+    differences between VQLC and each other method (eval/paired.parquet); with
+    `instrument_texts`, the instruments' rows on a seeded sample of those sentences
+    (eval/instrument_rows.parquet) and their differences from their controls
+    (eval/instrument.parquet, eval/instrument_by_class.parquet). The instruments cut at every
+    position only: on decoder-frozen the cut at the pooled position alone gave the same
+    differences within 0.01 (bench/results/instrument_decoder-frozen.md)."""
     cfg = run.cfg
     built = run.methods_built()
     texts = run.texts
     test = faithfulness_sentences(texts, cfg.eval.faithfulness_texts, cfg.seed)
     cov = train_covariance(run.store, seed=cfg.seed)
-    measures, parts = {}, []
+    measures, parts, instrumented = {}, [], []
+    n_instrument = min(cfg.eval.instrument_texts, len(test))
+    probe = fit_probe(run.store, seed=cfg.seed) if n_instrument else None
+    # a seeded sample of the faithfulness sentences (theirs are in text order, one class first on
+    # MR); the others are passed as None, so each row's text_index is the faithfulness table's
+    chosen = set(np.random.default_rng(cfg.seed).choice(len(test), n_instrument, replace=False).tolist())
+    instrument_texts = [t if i in chosen else None for i, t in enumerate(test)]
     for i, seed in enumerate(cfg.method_seeds):
         methods = {m: (run.method(m, seed), run.concept_set(m, seed)) for m in built}
         explainer = run.explainer(methods)
@@ -172,6 +184,9 @@ def evaluate(run) -> dict:
             ig = completeness_summary(rows.attrs["ig_completeness"], cfg.eval.ig_steps, rows.attrs["ig_baseline_proba"],
                                       explainer.ig_baseline_name)
         parts.append(rows.assign(seed=seed))
+        if n_instrument:
+            instrumented.append(instrument(explainer, instrument_texts, probe, seed=seed, cov=cov,
+                                           positions=(EVERY,)).assign(seed=seed))
     rows = pd.concat(parts, ignore_index=True)
     # pandas deep-copies a frame's attrs (every sentence's IG facts) into each frame derived from
     # it, thousands of times in the summaries: they run without, and the rows file keeps them
@@ -192,7 +207,13 @@ def evaluate(run) -> dict:
     write_parquet(run.dir / "eval" / "faithfulness_by_class.parquet", by_class)
     write_parquet(run.dir / "eval" / "matched.parquet", matched)
     write_parquet(run.dir / "eval" / "matched_by_class.parquet", matched_by_class)
+    if instrumented:
+        ins = pd.concat(instrumented, ignore_index=True)
+        write_parquet(run.dir / "eval" / "instrument_rows.parquet", ins)
+        write_parquet(run.dir / "eval" / "instrument.parquet", instrument_differences(ins, seed=cfg.seed))
+        write_parquet(run.dir / "eval" / "instrument_by_class.parquet",
+                      instrument_differences(ins, seed=cfg.seed, by_class=True))
     write_json(run.dir / "eval" / "measures.json", {"methods": measures, "classifier_accuracy": acc,
                                                     "seeds": list(cfg.method_seeds), "n_test_texts": len(test),
                                                     "integrated_gradients": ig})
-    return {"n_texts": len(test), "seeds": list(cfg.method_seeds)}
+    return {"n_texts": len(test), "seeds": list(cfg.method_seeds), "n_instrument_texts": n_instrument}

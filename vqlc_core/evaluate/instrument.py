@@ -148,13 +148,14 @@ def rationales(explainer, states: torch.Tensor, words: list, salient: list, text
 
 def instrument(explainer, texts: list[str], probe: LogisticRegression | None = None, seed: int = 0,
                cov: np.ndarray | None = None, alphas=ALPHAS, eraser: bool = True, batch_size: int = 16,
-               progress: bool = True) -> pd.DataFrame:
+               progress: bool = True, positions=(EVERY, POOLED)) -> pd.DataFrame:
     """One row per (measure, position, α, method, target, sentence), columns `COLUMNS` (see the
     module's docstring). conf_drop is the drop of the model's probability for its predicted class
     (for the probe: of the probe's probability; flipped: the probe's answer changed), energy the
     share of the pooled layer-l representation's ||h||² removed, energy_all the share removed
     from every real token (NaN for ERASER rows, where n_words is the rationale's size). The
-    matched directions need `cov` (as `faithfulness`); the probe rows need `probe`."""
+    matched directions need `cov` (as `faithfulness`); the probe rows need `probe`; `positions`
+    says where the dose rows cut (the pooled position exists only where the model pools one)."""
     start = time.perf_counter()
     keep = [i for i, t in enumerate(texts) if isinstance(t, str) and t.strip()]
     bb = explainer.backbone
@@ -164,13 +165,13 @@ def instrument(explainer, texts: list[str], probe: LogisticRegression | None = N
     out: list[dict] = []
     with bb.lock:
         for idx in tqdm(batches, desc="instrument", disable=not progress):
-            out += _batch(explainer, [texts[i] for i in idx], idx, seed, probe, bank, alphas, eraser)
+            out += _batch(explainer, [texts[i] for i in idx], idx, seed, probe, bank, alphas, eraser, positions)
     df = pd.DataFrame(out, columns=COLUMNS)
     df.attrs["seconds"] = time.perf_counter() - start
     return df
 
 
-def _batch(explainer, batch, text_index, seed, probe, bank, alphas, eraser) -> list[dict]:
+def _batch(explainer, batch, text_index, seed, probe, bank, alphas, eraser, where_cut) -> list[dict]:
     bb = explainer.backbone
     enc, words = bb.tokenize(batch)
     enc = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
@@ -193,8 +194,8 @@ def _batch(explainer, batch, text_index, seed, probe, bank, alphas, eraser) -> l
                      "energy_all": float(energy_all), "n_words": int(n_words)})
 
     pos = pooled_positions(bb.pooling, mask)
-    positions = [(EVERY, None)]
-    if (pos >= 0).all():
+    positions = [(EVERY, None)] if EVERY in where_cut else []
+    if POOLED in where_cut and (pos >= 0).all():
         at = torch.zeros(B, T, dtype=torch.bool)
         at[torch.arange(B), torch.as_tensor(pos)] = True
         positions.append((POOLED, at.repeat(R, 1)))

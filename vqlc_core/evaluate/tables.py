@@ -11,6 +11,7 @@ import math
 import pandas as pd
 
 from vqlc_core.evaluate.faithfulness import PREDICTION, SALIENT, TARGETS
+from vqlc_core.evaluate.instrument import ATTRIBUTION, COMPREHENSIVENESS, SUFFICIENCY
 from vqlc_core.evaluate.tag_alignment import ALIGN_THRESHOLD, alignment_markdown
 from vqlc_core.base.runio import RunError, read_json, read_parquet
 from vqlc_core.methods.base import display_name, method_class
@@ -128,6 +129,27 @@ def matched_table(run, by_class: bool = False) -> str:
     return _md(out)
 
 
+def instrument_table(run, by_class: bool = False) -> str:
+    """The instruments beside the single cut (`instrument.instrument_differences`): the prediction
+    concept cut by a fraction α against its matched cuts, the probe, and ERASER comprehensiveness
+    and sufficiency of the salient and concept words against as many random words."""
+    df = _read_optional(run, "instrument_by_class.parquet" if by_class else "instrument.parquet")
+    if df.empty:
+        return "(no instruments: rebuild the evaluate stage with --instrument-texts above 0)"
+    eraser = df["measure"].isin([COMPREHENSIVENESS, SUFFICIENCY])
+    out = pd.DataFrame({
+        "measure": df["measure"], "α": [f"{a:g}" for a in df["alpha"]],
+        "method": df["method"].map(lambda m: "IG salient words" if m == ATTRIBUTION else display_name(m)),
+        "target − control": df["target"] + " − " + df["control"].str.split(": ").str[-1],
+        **({"predicted": [_class_name(run, c) for c in df["predicted"]]} if by_class else {}),
+        "Δ [95% CI]": [_interval(*r) for r in zip(df["diff_conf_drop"], df["diff_conf_drop_low"],
+                                                   df["diff_conf_drop_high"])],
+        "energy or words, target / control": [f"{_num(a, 1 if e else 3)} / {_num(b, 1 if e else 3)}"
+                                              for a, b, e in zip(df["energy_a"], df["energy_b"], eraser)],
+    })
+    return _md(out)
+
+
 def by_class_table(run) -> str:
     """The faithfulness table's concept targets per predicted class."""
     df = _read_optional(run, "faithfulness_by_class.parquet")
@@ -201,6 +223,9 @@ def run_tables(run, align_threshold: float = ALIGN_THRESHOLD) -> str:
              "other concept(s) of the same method, or the N(0, Σ_train) direction(s), whose ablation removes the "
              "energy closest to the target's):", matched_table(run),
              "Against energy-matched controls, per predicted class:", matched_table(run, by_class=True),
+             "Beyond the single cut (the prediction concept cut by a fraction α, a probe of the pooled states, "
+             "ERASER comprehensiveness and sufficiency; target minus control):", instrument_table(run),
+             "Beyond the single cut, per predicted class:", instrument_table(run, by_class=True),
              "Faithfulness per predicted class:", by_class_table(run),
              "Paired differences (same sentences and seeds):", paired_table(run), "Concepts:", concepts_table(run),
              "The probability shown beside a prediction concept, its reliability on dev:", calibration_table(run),

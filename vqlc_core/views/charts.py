@@ -118,3 +118,16 @@ def cost_figure(cost: pd.DataFrame, height: int = 280):
     fig.for_each_annotation(lambda a: a.update(text=a.text.split("=", 1)[-1]))
     fig.update_traces(hovertemplate="%{x}: %{y:.3~g}<extra></extra>")
     return fig.update_yaxes(matches=None, showticklabels=True)
+
+
+def dose_figure(curves: pd.DataFrame, height: int = 300):
+    """Dose–response (`instrument.dose_curves`): the mean confidence drop against the mean energy
+    removed from the pooled representation as α grows, one panel per method, one line per target
+    (the prediction concept and its matched cuts)."""
+    data = curves.assign(method=curves["method"].map(display_name))
+    fig = px.line(data, x="energy", y="conf_drop", color="target", facet_col="method", markers=True,
+                  hover_data={"alpha": True, "n": True}, height=height,
+                  labels={"energy": "energy removed", "conf_drop": "mean confidence drop", "target": "",
+                          "alpha": "α", "n": "sentences × seeds"})
+    fig.for_each_annotation(lambda a: a.update(text=a.text.split("=", 1)[-1]))
+    return readable_hover(fig).update_yaxes(hoverformat=".3~g")
