@@ -5,10 +5,13 @@ interval over sentences and seeds, and which method is best: "VQLC best" when VQ
 difference exceeds every other method's with a paired interval above zero, "VQLC behind" when
 some method's exceeds VQLC's with its interval, "level" otherwise. Beside them, codebook use,
 purity by true label, fit time and peak memory of each method, and each build's stage times.
-Reads each run's eval/faithfulness_rows.parquet and eval/measures.json; writes
+Where the build ran the instruments (eval/instrument*.parquet), the same verdicts for the cut of
+half the prediction concept against its matched cuts, the probe, and ERASER comprehensiveness
+(higher is better) and sufficiency (lower is better) of each method's concept words against as
+many random words. Reads each run's eval/faithfulness_rows.parquet and eval/measures.json; writes
 docs/results/four-settings.md.
 
-    python bench/four_settings.py --runs default default-bbc decoder-frozen decoder-bbc-frozen
+    python bench/four_settings.py --runs default default-bbc decoder decoder-bbc
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import pandas as pd
 from vqlc_core.base.runio import read_parquet
 from vqlc_core.base.stats import N_BOOT
 from vqlc_core.build.run import open_run
+from vqlc_core.evaluate import instrument as ins
 from vqlc_core.evaluate.faithfulness import MATCHED, PREDICTION, SALIENT, group_rng, paired_rows
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,6 +46,18 @@ def _per_pair(rows: pd.DataFrame, method: str, target: str, control: str) -> pd.
     b = r[r["target"] == control][["seed", "text_index", "conf_drop"]]
     m = a.merge(b, on=["seed", "text_index"], suffixes=("_a", "_b"))
     return m.assign(d=m["conf_drop_a"] - m["conf_drop_b"])[["seed", "text_index", "d"]]
+
+
+def _optional(run, name: str) -> pd.DataFrame:
+    path = run.dir / "eval" / name
+    return read_parquet(path) if path.exists() else pd.DataFrame()
+
+
+def _at(df: pd.DataFrame, measure: str, alpha: float) -> pd.DataFrame:
+    """The rows of one instrument at one α, cut at every position."""
+    if df.empty:
+        return df
+    return df[(df["measure"] == measure) & (df["alpha"] == alpha) & (df["position"] == ins.EVERY)]
 
 
 def _fmt(t) -> str:
@@ -66,27 +82,46 @@ def setting(name: str) -> tuple[list[str], dict]:
     stages = {k: v.get("wall_s") for k, v in man["stages"].items()}
     lines += ["Stage times (s): " + ", ".join(f"{k} {v:.0f}" for k, v in stages.items() if v is not None)
               + f"; all {sum(v for v in stages.values() if v):.0f} s.", ""]
-    pairs = [(PREDICTION, c) for c in MATCHED[PREDICTION]] + [(SALIENT, c) for c in MATCHED[SALIENT]]
+    matched = read_parquet(run.dir / "eval" / "matched.parquet")  # the build's own intervals
+    specs = [(f"{t} − {c}", rows, matched, t, c, True) for t, c in
+             [(PREDICTION, c) for c in MATCHED[PREDICTION]] + [(SALIENT, c) for c in MATCHED[SALIENT]]]
+    ins_rows, ins_table = run.instrument_rows(), _optional(run, "instrument.parquet")
+    if not ins_rows.empty:
+        for measure, alpha in ((ins.DOSE, 0.5), (ins.PROBE, 1.0)):
+            r, t = _at(ins_rows, measure, alpha), _at(ins_table, measure, alpha)
+            specs += [(f"{measure}{' α = 0.5' if measure == ins.DOSE else ''}: {PREDICTION} − {c}", r, t, PREDICTION,
+                       c, True) for c in MATCHED[PREDICTION]]
+        for measure in (ins.COMPREHENSIVENESS, ins.SUFFICIENCY):  # sufficiency: a smaller drop is better
+            specs.append((f"{measure}: {ins.CONCEPT_WORDS} − as many random words", _at(ins_rows, measure, 1.0),
+                          _at(ins_table, measure, 1.0), ins.CONCEPT_WORDS, ins.RANDOM_WORDS[ins.CONCEPT_WORDS],
+                          measure == ins.COMPREHENSIVENESS))
     head = "| measure | " + " | ".join(NAMES.get(m, m) for m in methods) + " | VQLC against the others |"
     lines += [head, "|---|" + "---:|" * len(methods) + "---|"]
     verdicts = {}
-    for target, control in pairs:
-        diffs = {m: _per_pair(rows, m, target, control) for m in methods}
-        matched = read_parquet(run.dir / "eval" / "matched.parquet")  # the build's own intervals
-        cells = [_fmt(next((r.diff_conf_drop, r.diff_conf_drop_low, r.diff_conf_drop_high) for r in matched.itertuples()
-                           if (r.method, r.target, r.control) == (m, target, control))) for m in methods]
+    for label, source, table, target, control, higher in specs:
+        diffs = {m: _per_pair(source, m, target, control) for m in methods}
+        cells = [next((_fmt((r.diff_conf_drop, r.diff_conf_drop_low, r.diff_conf_drop_high)) for r in table.itertuples()
+                       if (r.method, r.target, r.control) == (m, target, control)), "–") for m in methods]
         verdict = "—"
         if "vqlc" in methods and len(methods) > 1:
             ahead, behind = [], []
             for o in methods:
                 if o == "vqlc":
                     continue
-                got = _diff(diffs["vqlc"], diffs[o], cfg.seed, name, o, target, control)
-                ahead.append(got[1] > 0)
-                behind.append(got[2] < 0)
+                d, low, high = _diff(diffs["vqlc"], diffs[o], cfg.seed, name, o, label)
+                if not higher:
+                    d, low, high = -d, -high, -low
+                ahead.append(low > 0)
+                behind.append(high < 0)
             verdict = "VQLC best" if all(ahead) else ("VQLC behind" if any(behind) else "level")
-        verdicts[(target, control)] = verdict
-        lines.append(f"| {target} − {control} | " + " | ".join(cells) + f" | {verdict} |")
+        verdicts[label] = verdict
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {verdict} |")
+    salient = _at(ins_table, ins.COMPREHENSIVENESS, 1.0), _at(ins_table, ins.SUFFICIENCY, 1.0)
+    got = [next((f"{m} {_fmt((r.diff_conf_drop, r.diff_conf_drop_low, r.diff_conf_drop_high))}" for r in t.itertuples()
+                 if r.method == ins.ATTRIBUTION), None) for m, t in zip(("comprehensiveness", "sufficiency"), salient)]
+    if all(got):
+        lines += ["", "ERASER for the Integrated Gradients salient words against as many random words (shared by every "
+                  f"method): {got[0]}; {got[1]}."]
     lines.append("")
     lines += ["| method | codebook use (concepts with members) | mean purity | prediction purity | fit time (s) | "
               "peak RSS (MB) |", "|---|---:|---:|---:|---:|---:|"]
@@ -114,8 +149,9 @@ def main(argv=None) -> None:
         for k, v in verdicts.items():
             tally.setdefault(k, []).append(v)
     lines += ["## VQLC best, level or behind, per measure", "", "| measure | best | level | behind |", "|---|---:|---:|---:|"]
-    for (t, c), vs in tally.items():
-        lines.append(f"| {t} − {c} | {vs.count('VQLC best')} | {vs.count('level')} | {vs.count('VQLC behind')} |")
+    for label, vs in tally.items():
+        lines.append(f"| {label} | {vs.count('VQLC best')} | {vs.count('level')} | {vs.count('VQLC behind')} "
+                     f"(of {len(vs)}) |")
     Path(args.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

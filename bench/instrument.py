@@ -37,13 +37,21 @@ def main(argv=None) -> None:
     ap.add_argument("--texts", type=int, default=80, help="test sentences (the faithfulness table's seeded sample)")
     ap.add_argument("--seeds", type=int, nargs="*", default=None, help="method seeds (default: the run's)")
     ap.add_argument("--reuse", action="store_true", help="summarise the rows of an earlier call instead of measuring")
+    ap.add_argument("--from-build", action="store_true",
+                    help="summarise the rows the run's evaluate stage measured (eval/instrument_rows.parquet: every "
+                         "position only, --instrument-texts sentences) instead of measuring")
     args = ap.parse_args(argv)
     run = open_run(args.run)
     seeds = args.seeds if args.seeds else run.cfg.method_seeds
     texts = faithfulness_sentences(run.texts, args.texts, run.cfg.seed)
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
-    if args.reuse:
+    if args.from_build:
+        rows = run.instrument_rows()
+        if rows.empty:
+            raise SystemExit(f"Run '{args.run}' has no instrument rows; rebuild its evaluate stage.")
+        seeds = sorted(rows["seed"].unique().tolist())
+    elif args.reuse:
         rows = read_parquet(out / f"instrument_{args.run}.parquet")
     else:
         cov = train_covariance(run.store, seed=run.cfg.seed)
@@ -58,7 +66,10 @@ def main(argv=None) -> None:
     by_class = ins.instrument_differences(rows, seed=run.cfg.seed, by_class=True)
     curves = ins.dose_curves(rows)
     lines = [f"# Instruments on `{args.run}`", "",
-             f"`python bench/instrument.py --run {args.run} --texts {args.texts} --seeds {' '.join(map(str, seeds))}`: "
+             (f"`python bench/instrument.py --run {args.run} --from-build` (the rows of its evaluate stage)"
+              if args.from_build else
+              f"`python bench/instrument.py --run {args.run} --texts {args.texts} --seeds {' '.join(map(str, seeds))}`")
+             + ": "
              f"{rows['text_index'].nunique()} test sentences × {len(seeds)} seeds; probe train accuracy on its own rows "
              "not shown (a logistic regression on the layer's pooled train states and labels).", ""]
     for measure in ins.MEASURES:
