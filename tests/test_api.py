@@ -13,10 +13,12 @@ from tests.runcopy import linked_copy
 from vqlc_core import RunError, open_run
 
 
-def readme_block() -> str:
+def readme_block(i: int = 0) -> str:
+    """The i-th Python block of the README's "From Python" section."""
     text = (ROOT / "README.md").read_text()
     section = text[text.index("## From Python"):]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    section = section[:section.index("\n## ", 3)]
+    return re.findall(r"```python\n(.*?)```", section, re.S)[i]
 
 
 @pytest.mark.slow
@@ -30,6 +32,22 @@ def test_the_readmes_python_example_runs_on_a_run_named_default(apptest_run, tmp
     assert out[3].startswith("confidence change ")
     assert re.fullmatch(r"\(1, \d+, 384\)", out[4])  # MiniLM's width at the run's layer
     assert len(out) == 8 and all(re.match(r"c\d+: .+ \d+ [01]\.\d+$", line) for line in out[5:]), out[5:]
+
+
+@pytest.mark.slow
+def test_the_readmes_second_block_fits_an_array_with_no_run_and_draws_a_cloud_and_a_map(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("VQLC_CACHE_DIR", str(tmp_path))  # no run anywhere
+    exec(compile(readme_block(1), "README.md", "exec"), {})
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 6, out
+    used = [re.fullmatch(r"(VQLC|K-Means) uses (\d+) concepts", line) for line in out[:2]]
+    assert all(used) and all(30 <= int(u.group(2)) <= 40 for u in used), out[:2]  # 40 topics, 40 concepts
+    records = [re.fullmatch(r"c\d+: (.+) (\d+) ([01]\.\d+)", line) for line in out[2:5]]
+    assert all(records), out[2:5]
+    for r in records:  # a concept's words are its topic's: t<topic>w<word>, one topic, so one parity class
+        topics = {w.split("w")[0] for w in r.group(1).split(", ")}
+        assert len(topics) == 1 and float(r.group(3)) == 1.0, r.group(0)
+    assert out[5] == "True True"
 
 
 def test_importing_the_package_loads_no_heavy_library_until_a_name_needs_one():

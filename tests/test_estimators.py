@@ -33,3 +33,22 @@ def test_an_estimator_fits_an_array_and_finds_the_blobs(make):
 def test_what_is_no_array_of_vectors_is_refused_in_one_sentence(bad, says):
     with pytest.raises(RunError, match=re.escape(says)):
         vq.KMeansConcepts(n_concepts=2).fit(bad)
+
+
+def test_the_concepts_of_an_array_fit_are_summarised_as_a_builds_are():
+    X, y = blobs(n_per=80, k=4, dim=8)
+    km = vq.KMeansConcepts(n_concepts=4, seed=0).fit(X)
+    words = [f"blob{b}" for b in y]
+    cs = vq.concepts_of(km, X, words, labels=y % 2, class_names=["even", "odd"])
+    assert cs.n_concepts == 4 and (np.asarray(cs.assignments) == km.predict(X)).all()
+    records = list(cs)
+    assert sorted(r.size for r in records) == [80] * 4  # every row a train row, one blob per concept
+    for r in records:
+        (word, count), = r.top_words  # one word per blob, counted once per member
+        assert count == 80 and r.label == f"c{r.id}: {word}" and r.purity == 1.0
+        assert r.dominant_class == ["even", "odd"][int(word[-1]) % 2]
+        assert np.allclose(r.vector, X[y == int(word[-1])].mean(0), atol=1e-5)
+    with pytest.raises(RunError, match=re.escape("one word per row (320), got 3")):
+        vq.concepts_of(km, X, ["a", "b", "c"])
+    with pytest.raises(RunError, match="ids 0..1 of the 2 class names"):
+        vq.concepts_of(km, X, words, labels=y, class_names=["even", "odd"])

@@ -29,7 +29,7 @@ _HOMES = {
     "Explainer": "explain.explainer", "Explanation": "explain.explainer",
     "REGISTRY": "methods.base", "ConceptMethod": "methods.base", "display_name": "methods.base",
     "method_class": "methods.base", "method_names": "methods.base",
-    "ConceptSet": "methods.concepts", "Concept": "methods.records",
+    "ConceptSet": "methods.concepts", "Concept": "methods.records", "concepts_of": "methods.arrays",
     "KMeansConcepts": "methods.kmeans", "LACOAT": "methods.lacoat", "SAEConcepts": "methods.sae", "VQLC": "methods.vqlc",
 }
 

@@ -177,3 +177,10 @@ def concept_map(cs, seed: int = 0, xy: np.ndarray | None = None) -> pd.DataFrame
     out["top_words"] = [", ".join(w for w, _ in json.loads(t)[:8]) or "(prediction rows)"
                         for t in s.iloc[keep]["top_words"]]
     return out
+
+
+def figure_of(cs, seed: int = 0, height: int = 560):
+    """The Codebook map of a concept set, computed now (UMAP of its vectors): `concept_map`,
+    `plot_frame` with the set's labels, `map_figure` in its class order."""
+    return map_figure(plot_frame(concept_map(cs, seed), cs.label), cs.class_names, height)
+

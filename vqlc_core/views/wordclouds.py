@@ -16,7 +16,7 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
-from vqlc_core.base.runio import atomic_path
+from vqlc_core.base.runio import RunError, atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -113,3 +113,13 @@ def concept_cloud(run_dir: str | Path, method: str, k: int, top_words_json: str)
         with atomic_path(path) as tmp:
             tmp.write_bytes(png)
     return path
+
+
+def cloud_of(cs, k: int, width: int = WIDTH, height: int = HEIGHT) -> bytes:
+    """PNG bytes of concept k's word cloud in the concept set `cs`, drawn from the words its
+    pages draw it from (`ConceptSet.cloud_words`)."""
+    words = json.loads(cs.cloud_words(k))
+    if not words:
+        raise RunError(f"Concept {k} has no words to draw.")
+    return render_cloud({str(w): float(c) for w, c in words}, int(k), width, height)
+

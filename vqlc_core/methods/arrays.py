@@ -1,0 +1,39 @@
+"""Concepts of an estimator fitted on a bare array, with no run: the rows' words (and, when
+known, their class labels) make the summary a run's token table makes, so a notebook gets the
+same `ConceptSet` (records, names, clouds, maps) as a build.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from vqlc_core.base.runio import RunError
+from vqlc_core.data.store import ArrayStore, as_store
+from vqlc_core.methods.concepts import ConceptSet
+
+
+def concepts_of(method, X, words, labels=None, class_names=None, texts=None) -> ConceptSet:
+    """The concept set of the fitted estimator `method` on the rows of `X` ((N, d), as `fit`
+    takes): row i is the word `words[i]`, of class `labels[i]` (int ids into `class_names`; one
+    class "all" when None) and of text `texts[i]` (one text per row when None). Every row is a
+    train row, so every row shapes its concept."""
+    store = as_store(X)
+    n = store.n_rows
+    arr = store.read(np.arange(n)) if not isinstance(store, ArrayStore) else store.vectors
+    words = [str(w) for w in words]
+    if len(words) != n:
+        raise RunError(f"Expected one word per row ({n}), got {len(words)}.")
+    labels = np.zeros(n, dtype=np.int64) if labels is None else np.asarray(labels, dtype=np.int64)
+    if labels.shape != (n,):
+        raise RunError(f"Expected one label per row ({n}), got shape {labels.shape}.")
+    class_names = list(class_names) if class_names is not None else (
+        ["all"] if not labels.any() else [str(c) for c in range(int(labels.max()) + 1)])
+    if labels.min() < 0 or labels.max() >= len(class_names):
+        raise RunError(f"Labels must be ids 0..{len(class_names) - 1} of the {len(class_names)} class names.")
+    text_ids = np.arange(n) if texts is None else np.asarray(texts, dtype=np.int64)
+    tokens = pd.DataFrame({"word": words, "kind": "word", "label": labels, "text_id": text_ids,
+                           "word_index": np.zeros(n, dtype=np.int64), "split": "train"})
+    arr = np.asarray(arr, dtype=np.float32)
+    return ConceptSet.from_assignments(method.name, ArrayStore(arr, tokens=tokens), method.predict(arr),
+                                       method.n_concepts, class_names)
