@@ -60,6 +60,15 @@ def _at(df: pd.DataFrame, measure: str, alpha: float) -> pd.DataFrame:
     return df[(df["measure"] == measure) & (df["alpha"] == alpha) & (df["position"] == ins.EVERY)]
 
 
+def _tuning(man: dict) -> str:
+    """How the build fine-tuned its model: the mode, and which epoch dev accuracy chose (0: the
+    head's linear-probe start, kept when no epoch beat it)."""
+    ft = man["stages"].get("finetune", {})
+    mode = ft.get("mode", "none")
+    return mode if mode == "none" else f"{mode}, epoch {ft.get('chosen_epoch')} chosen by dev accuracy " \
+                                       f"{ft.get('dev_accuracy', float('nan')):.3f}"
+
+
 def _fmt(t) -> str:
     return f"{t[0]:+.3f} [{t[1]:+.3f}, {t[2]:+.3f}]"
 
@@ -73,7 +82,7 @@ def setting(name: str) -> tuple[list[str], dict]:
     cfg = run.cfg
     flat = cfg.flat()
     lines = [f"### `{name}`: {flat['model']} on {flat['dataset']}, layer {man['layer']}, {man['pooling']} pooling, "
-             f"finetune {flat['finetune']}, test accuracy {meas['classifier_accuracy']['test']:.3f}, "
+             f"fine-tuning {_tuning(man)}, test accuracy {meas['classifier_accuracy']['test']:.3f}, "
              f"{rows['text_index'].nunique()} sentences × {rows['seed'].nunique()} seeds", ""]
     ig = meas.get("integrated_gradients", {})
     if ig:
