@@ -7,7 +7,7 @@ import vqlc_ui
 from vqlc_ui import tags
 from vqlc_core.methods.base import display_name
 from vqlc_core.views import browse, charts
-from vqlc_core.evaluate import instrument, sae_compare, tables
+from vqlc_core.evaluate import instrument, sae_compare, tables, tag_alignment
 
 
 def table(frame) -> None:
@@ -76,8 +76,8 @@ st.header("Alignment with linguistic tags")
 if run.tags is None:
     st.info("This run has no linguistic tags yet; build it again to run the annotate stage.")
 else:
-    st.caption("As ConceptX aligns concepts with human-defined ones: a concept is aligned with a tag when at least "
-               "90% of its tagged train members carry it (at most 40% untagged, at least 5 tagged). Per method and "
+    st.caption("As ConceptX aligns concepts with human-defined ones: a concept is aligned with a tag when "
+               f"{tag_alignment.ALIGNMENT_RULE}. Per method and "
                "tag set: concepts aligned (mean over seeds [95% interval]), their share of the concepts with 5 or "
                "more train members, and the distinct tags they cover.")
     tags.missing_caption(run)

@@ -258,3 +258,15 @@ def test_card_lines_give_every_concepts_top_tags_in_one_pass():
     p = ta.concept_profiles(assign, 6, tags, np.arange(600))
     lines = ta.card_lines(p)
     assert lines and lines == {k: line for k in range(6) if (line := ta.tags_line(ta.top_tags(p, k)))}
+
+
+def test_the_alignment_rule_is_written_from_its_constants_and_nowhere_else():
+    import re
+
+    from tests.conftest import ROOT
+
+    rule = ta.ALIGNMENT_RULE
+    assert f"{ta.ALIGN_THRESHOLD:.0%}" in rule and f"{ta.MAX_UNKNOWN:.0%}" in rule and f"{ta.MIN_MEMBERS} tagged" in rule
+    for path in [*(ROOT / "pages").glob("*.py"), *(ROOT / "vqlc_ui").glob("*.py")]:
+        text = path.read_text()
+        assert not re.search(r"\d+% of (its|whose) tagged", text), f"{path.name} retypes the alignment rule"

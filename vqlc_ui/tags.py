@@ -62,8 +62,8 @@ def tags_caption(run, method: str, k: int, stamp: int) -> None:
     line = card_line(str(run.dir), stamp, method, k)
     if line:
         st.caption(plain("Tags: " + line), help="the share of the concept's train members with each tag, the "
-                   "tags most over-represented against the corpus first; ✓: the concept is aligned with the tag (at least "
-                   "90% of its tagged members carry it, as ConceptX)")
+                   "tags most over-represented against the corpus first; ✓: the concept is aligned with the tag ("
+                   f"{tag_alignment.ALIGNMENT_RULE}, as ConceptX)")
 
 
 def pin_tags(run, method: str, ids) -> dict[int, str]:
@@ -90,7 +90,7 @@ def filter_and_sort(run, method: str, stamp: int, ids: list[int]) -> list[int]:
         with_label = index["aligned"]
         choice = st.sidebar.selectbox("Aligned with tag", [ANY, *with_label], key=f"tag_filter_{method}",
                                       format_func=lambda s: s if s == ANY else f"{s} ({len(with_label[s])})",
-                                      help="concepts at least 90% of whose tagged train members carry the tag")
+                                      help=f"concepts aligned with the tag: {tag_alignment.ALIGNMENT_RULE}")
         if choice != ANY:
             keep = set(with_label[choice])
             ids = [k for k in ids if k in keep]

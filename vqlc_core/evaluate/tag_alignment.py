@@ -29,6 +29,9 @@ from vqlc_core.methods.concepts import ConceptSet
 ALIGN_THRESHOLD = 0.9  # ConceptX's default
 MAX_UNKNOWN = 0.4  # ConceptX skips a cluster with more unknown tags than this
 MIN_MEMBERS = 5  # tagged train members a concept needs before it can be aligned
+# The rule in words, for the pages and the report: written from the constants, never retyped.
+ALIGNMENT_RULE = (f"at least {ALIGN_THRESHOLD:.0%} of its tagged train members carry it (at most {MAX_UNKNOWN:.0%} "
+                  f"untagged, at least {MIN_MEMBERS} tagged)")
 PROFILE_SHARE = 0.1  # tags at least this share of a concept's tagged members form its profile
 MIN_NAME_LIFT = 2.0  # an aligned tag names a concept when it is at least this over-represented
 PROFILE_COLUMNS = ["concept", "tag_set", "tag", "count", "share", "of_members", "unknown", "lift", "aligned"]
