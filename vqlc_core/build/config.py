@@ -18,8 +18,8 @@ from vqlc_core.base.options import at_least, field_flag, one_of, opt
 from vqlc_core.base.runio import RunError
 from vqlc_core.data.extract import ExtractConfig
 from vqlc_core.data.finetune import FinetuneConfig
+from vqlc_core.methods.records import CONCEPT_VECTORS
 
-CONCEPT_VECTORS = ("fitset", "train", "centre")  # concepts.CONCEPT_VECTORS defines them
 
 
 def flag_of(name: str) -> str:
@@ -66,10 +66,8 @@ class MethodsConfig:
 
     methods: tuple[str, ...] = opt(DEFAULT_METHODS, "which concept methods", choices=REGISTRY)
     n_concepts: int = opt(N_CONCEPTS, "number of concepts K for every method (as in the paper's lineage)")
-    concept_vectors: str = opt("fitset", "a concept's vector (what ablation removes, after centring): the mean of "
-                                         "its fit-set members (fitset), of all its train members (train), or the "
-                                         "method's own centre (centre: VQLC's code decoded, the K-Means centroid, "
-                                         "the LACOAT cluster mean)", choices=CONCEPT_VECTORS)
+    concept_vectors: str = opt("fitset", "a concept's vector (what ablation removes, after centring): "
+                               + "; ".join(f"{k}: {v}" for k, v in CONCEPT_VECTORS.items()), choices=tuple(CONCEPT_VECTORS))
     prediction_concepts: int = opt(PREDICTION_CONCEPTS, "concepts of the prediction representations, fitted by "
                                    "each method on the train prediction rows alone beside its K word concepts "
                                    "(chosen by measurement, README 'Prediction concepts'); 0: one set of K "

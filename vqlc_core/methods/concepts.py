@@ -21,17 +21,9 @@ import pandas as pd
 
 from vqlc_core.base.runio import RunError, read_json, read_npy, read_parquet, write_json, write_npy, write_parquet
 from vqlc_core.methods.naming import class_phrase, distinctive_content_words, distinctive_words
-from vqlc_core.methods.records import Concept
+from vqlc_core.methods.records import CONCEPT_VECTORS, Concept
 
 
-# What a concept's vector is, by name. Every definition is kept with the set (extra
-# "vectors_<name>"), so a measurement can switch between them without refitting.
-CONCEPT_VECTORS = {
-    "fitset": "the mean state of the concept's fit-set members (the rows the method was fitted on)",
-    "train": "the mean state of all the concept's train members, the rows `predict` assigned after the fit included",
-    "centre": "the method's own centre: VQLC's code decoded into the model's space, the K-Means centroid, the "
-              "LACOAT cluster mean (the fit-set mean for a method without one)",
-}
 
 
 def train_mask(tokens: pd.DataFrame | None, n_rows: int) -> np.ndarray:

@@ -7,6 +7,15 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+# What a concept's vector is, by name. Every definition is kept with the set (extra
+# "vectors_<name>"), so a measurement can switch between them without refitting.
+CONCEPT_VECTORS = {
+    "fitset": "the mean state of the concept's fit-set members (the rows the method was fitted on)",
+    "train": "the mean state of all the concept's train members, the rows `predict` assigned after the fit included",
+    "centre": "the method's own centre: VQLC's code decoded into the model's space, the K-Means centroid, the "
+              "LACOAT cluster mean (the fit-set mean for a method without one)",
+}
+
 
 @dataclass(frozen=True)
 class Concept:
