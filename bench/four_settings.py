@@ -73,6 +73,25 @@ def _fmt(t) -> str:
     return f"{t[0]:+.3f} [{t[1]:+.3f}, {t[2]:+.3f}]"
 
 
+def verdict_of(diffs: dict[str, pd.DataFrame], seed: int, key: tuple, higher: bool = True) -> str:
+    """"VQLC best" when VQLC's per-(seed, sentence) differences `diffs[m]` (columns seed,
+    text_index, d) exceed every other method's with a paired 95% interval above zero, "VQLC
+    behind" when some method's exceed VQLC's with its interval, "level" otherwise; `higher=False`
+    for a measure where smaller is better (ERASER sufficiency); "—" without VQLC and another."""
+    if "vqlc" not in diffs or len(diffs) < 2:
+        return "—"
+    ahead, behind = [], []
+    for o in diffs:
+        if o == "vqlc":
+            continue
+        d, low, high = _diff(diffs["vqlc"], diffs[o], seed, *key, o)
+        if not higher:
+            d, low, high = -d, -high, -low
+        ahead.append(low > 0)
+        behind.append(high < 0)
+    return "VQLC best" if all(ahead) else ("VQLC behind" if any(behind) else "level")
+
+
 def setting(name: str) -> tuple[list[str], dict]:
     run = open_run(name)
     rows = read_parquet(run.dir / "eval" / "faithfulness_rows.parquet")
@@ -94,6 +113,10 @@ def setting(name: str) -> tuple[list[str], dict]:
     matched = read_parquet(run.dir / "eval" / "matched.parquet")  # the build's own intervals
     specs = [(f"{t} − {c}", rows, matched, t, c, True) for t, c in
              [(PREDICTION, c) for c in MATCHED[PREDICTION]] + [(SALIENT, c) for c in MATCHED[SALIENT]]]
+    by_class = _optional(run, "matched_by_class.parquet")
+    for c in sorted(rows["predicted"].unique()) if not by_class.empty else []:  # effects can differ by class
+        specs += [(f"{PREDICTION} − {m}, predicted {run.class_names[int(c)]}", rows[rows["predicted"] == c],
+                   by_class[by_class["predicted"] == c], PREDICTION, m, True) for m in MATCHED[PREDICTION]]
     ins_rows, ins_table = run.instrument_rows(), _optional(run, "instrument.parquet")
     if not ins_rows.empty:
         for measure, alpha in ((ins.DOSE, 0.5), (ins.PROBE, 1.0)):
@@ -111,18 +134,7 @@ def setting(name: str) -> tuple[list[str], dict]:
         diffs = {m: _per_pair(source, m, target, control) for m in methods}
         cells = [next((_fmt((r.diff_conf_drop, r.diff_conf_drop_low, r.diff_conf_drop_high)) for r in table.itertuples()
                        if (r.method, r.target, r.control) == (m, target, control)), "–") for m in methods]
-        verdict = "—"
-        if "vqlc" in methods and len(methods) > 1:
-            ahead, behind = [], []
-            for o in methods:
-                if o == "vqlc":
-                    continue
-                d, low, high = _diff(diffs["vqlc"], diffs[o], cfg.seed, name, o, label)
-                if not higher:
-                    d, low, high = -d, -high, -low
-                ahead.append(low > 0)
-                behind.append(high < 0)
-            verdict = "VQLC best" if all(ahead) else ("VQLC behind" if any(behind) else "level")
+        verdict = verdict_of(diffs, cfg.seed, (name, label), higher)
         verdicts[label] = verdict
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {verdict} |")
     salient = _at(ins_table, ins.COMPREHENSIVENESS, 1.0), _at(ins_table, ins.SUFFICIENCY, 1.0)
