@@ -18,13 +18,8 @@ def table(frame) -> None:
 
 run, _ = vqlc_ui.sidebar(need=("classifier", "evaluate"), choose_method=False)
 st.title("Compare concept methods")
-text = vqlc_ui.text_input(height=80)
-if not text.strip():
-    st.info("Type a sentence to compare the methods on.")
-    st.stop()
+text, ex = vqlc_ui.explained_text(run, "Type a sentence to compare the methods on.", height=80)
 rd, sp = str(run.dir), vqlc_ui.stamp(run)
-with vqlc_ui.guard():
-    ex = vqlc_ui.explain(rd, sp, text)
 st.markdown(f"Prediction **{ex['prediction']}** (confidence {ex['confidence']:.3f})")
 st.caption(browse.PROBABILITY_HELP)
 

@@ -12,13 +12,8 @@ from vqlc_core.views import browse
 
 run, method = vqlc_ui.sidebar(need=("classifier",))
 st.title("Explain a prediction")
-text = vqlc_ui.text_input()
-if not text.strip():
-    st.info("Type a sentence to explain.")
-    st.stop()
+text, ex = vqlc_ui.explained_text(run, "Type a sentence to explain.")
 rd, sp = str(run.dir), vqlc_ui.stamp(run)
-with vqlc_ui.guard():
-    ex = vqlc_ui.explain(rd, sp, text)
 cs = vqlc_ui.concepts(rd, sp, method)
 
 a, b = st.columns(2)

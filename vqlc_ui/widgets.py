@@ -117,6 +117,18 @@ def text_input(label: str = "Input text", height: int = 100) -> str:
     return text
 
 
+def explained_text(run, empty: str, height: int = 100) -> tuple[str, dict]:
+    """The text box of Explain and Compare (`text_input`) and the explanation of what it holds;
+    while the box is blank the page says `empty` and stops there."""
+    text = text_input(height=height)
+    if not text.strip():
+        st.info(empty)
+        st.stop()
+    with guard():
+        ex = loaders.explain(str(run.dir), loaders.stamp(run), text)
+    return text, ex
+
+
 # Streamlit's browser client encodes a lone surrogate (half of an emoji's UTF-16 pair, e.g. from
 # a script or a broken paste) as invalid UTF-8, and its server closes the connection on it (code
 # 1002) before any page runs. So every typed value is made well-formed in the browser, at the
