@@ -16,6 +16,15 @@ from tests.conftest import ROOT
 from vqlc_ui import serve
 
 
+def test_the_page_list_is_app_pys_and_the_preload_list_is_what_those_pages_import():
+    files = serve.page_files()
+    assert [p.stem for p in files][:3] == ["concepts", "codebook_map", "explain"] and all(p.exists() for p in files)
+    assert sorted(p.name for p in files) == sorted(p.name for p in (ROOT / "pages").glob("*.py"))  # none left out
+    got = serve.page_imports()
+    assert {"vqlc_ui", "vqlc_core.views.charts", "vqlc_core.evaluate.tables", "plotly.express"} <= set(got)
+    assert "vqlc_core.views" in got and "vqlc_core.views.browse" in got  # `from vqlc_core.views import browse`
+
+
 def test_preload_imports_what_the_pages_import_and_leaves_pages_folder_mode():
     """In a fresh interpreter: after `preload`, the heavy libraries and every vqlc_core module a
     page imports are loaded, and Streamlit will not run a page alone as an old pages-folder app."""

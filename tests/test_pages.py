@@ -19,9 +19,10 @@ from tests.conftest import ROOT
 from vqlc_core.views import report
 from vqlc_core.build.run import FORMAT_VERSION
 from vqlc_core.evaluate.faithfulness import MATCHED, PREDICTION
+from vqlc_ui import serve
 
 RUN = "apptest"
-PAGES = ["concepts", "codebook_map", "explain", "compare", "case_study", "judges", "labels", "build"]
+PAGES = [p.stem for p in serve.page_files()]  # app.py's list, in its order
 SENTENCE = "the plot is thin but the actors seem to enjoy themselves"  # plain words, one word each
 
 

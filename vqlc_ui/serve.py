@@ -10,6 +10,9 @@ finds them in `sys.modules`. What the pages draw, and how, is unchanged.
 
 from __future__ import annotations
 
+import ast
+import importlib
+import importlib.util
 import io
 import sys
 from pathlib import Path
@@ -17,19 +20,36 @@ from pathlib import Path
 APP = Path(__file__).absolute().parents[1] / "app.py"
 
 
-def preload() -> None:
-    """Import what app.py's pages import, and what Streamlit itself loads on a first run."""
-    import vqlc_ui  # noqa: F401  (vqlc_core, torch, scikit-learn, scipy, pandas, pyarrow, plotly)
+def page_files() -> list[Path]:
+    """The page scripts app.py registers (its `st.Page("pages/....py", ...)` calls), in its order:
+    the one list of pages, read from app.py's source."""
+    tree = ast.parse(APP.read_text())
+    return [APP.parent / node.args[0].value for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "Page" and node.args
+            and isinstance(node.args[0], ast.Constant)]
 
-    # The pages' own imports, not pulled in by vqlc_ui.
-    import vqlc_core.evaluate.sae_compare  # noqa: F401
-    import vqlc_core.evaluate.tables  # noqa: F401
-    import vqlc_core.views.charts  # noqa: F401
-    import vqlc_core.views.export_html  # noqa: F401
-    import vqlc_core.views.judging  # noqa: F401
-    import vqlc_core.views.maps  # noqa: F401
-    import vqlc_core.views.report  # noqa: F401
-    import vqlc_ui.uploads  # noqa: F401
+
+def page_imports() -> list[str]:
+    """Every module the pages import at their top level (`import a.b`; `from a.b import c`: a.b,
+    and a.b.c when c is a module of the package a.b), sorted. Imports the packages it looks in."""
+    out = set()
+    for path in page_files():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Import):
+                out |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                out.add(node.module)
+                if hasattr(importlib.import_module(node.module), "__path__"):  # a package: its modules too
+                    out |= {f"{node.module}.{a.name}" for a in node.names
+                            if importlib.util.find_spec(f"{node.module}.{a.name}") is not None}
+    return sorted(out)
+
+
+def preload() -> None:
+    """Import what app.py's pages import (`page_imports`), and what Streamlit itself loads on a
+    first run."""
+    for name in page_imports():  # vqlc_ui brings vqlc_core, torch, scikit-learn, scipy, pandas, pyarrow, plotly
+        importlib.import_module(name)
 
     import pandas as pd
     import plotly.express as px
