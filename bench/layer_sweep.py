@@ -25,6 +25,7 @@ from pathlib import Path
 from vqlc_core.build.pipeline import build
 from vqlc_core.build.run import Run
 from vqlc_core.base.runio import read_json, read_parquet
+from vqlc_core.evaluate.faithfulness import CONTROL, GLOBAL_MEAN, PREDICTION, RANDOM_CONCEPT, SALIENT
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -66,15 +67,15 @@ def rows_of(run: Run, methods: list[str]) -> list[dict]:
 
         out.append({
             "layer": run.layer, "method": m, "seeds": len(measures.get("seeds", [0])),
-            "pred_drop": cell("prediction concept"), "pred_low": cell("prediction concept", "conf_drop_low"),
-            "pred_high": cell("prediction concept", "conf_drop_high"),
-            "pred_energy": cell("prediction concept", "mean_energy"),
-            "salient_drop": cell("salient-word concepts"),
-            "salient_low": cell("salient-word concepts", "conf_drop_low"),
-            "salient_high": cell("salient-word concepts", "conf_drop_high"),
-            "salient_energy": cell("salient-word concepts", "mean_energy"),
-            "random_concept_drop": cell("random concept"),
-            "global_mean_drop": float(faith.loc[("control", "global mean"), "mean_conf_drop"]),
+            "pred_drop": cell(PREDICTION), "pred_low": cell(PREDICTION, "conf_drop_low"),
+            "pred_high": cell(PREDICTION, "conf_drop_high"),
+            "pred_energy": cell(PREDICTION, "mean_energy"),
+            "salient_drop": cell(SALIENT),
+            "salient_low": cell(SALIENT, "conf_drop_low"),
+            "salient_high": cell(SALIENT, "conf_drop_high"),
+            "salient_energy": cell(SALIENT, "mean_energy"),
+            "random_concept_drop": cell(RANDOM_CONCEPT),
+            "global_mean_drop": float(faith.loc[(CONTROL, GLOBAL_MEAN), "mean_conf_drop"]),
             "test_prediction_distinct": v.get("test_prediction_distinct"),
             "test_prediction_purity": v.get("test_prediction_purity"),
             "dev_centroid_r2": v.get("dev_centroid_r2"),
@@ -104,7 +105,7 @@ def plot(rows: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.4), sharey=True)
-    for ax, key, title in ((axes[0], "pred", "prediction concept"), (axes[1], "salient", "salient-word concepts")):
+    for ax, key, title in ((axes[0], "pred", PREDICTION), (axes[1], "salient", SALIENT)):
         for m in NAMES:
             rs = sorted((r for r in rows if r["method"] == m), key=lambda r: r["layer"])
             if not rs:

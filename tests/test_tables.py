@@ -102,3 +102,23 @@ def test_the_report_gives_each_target_against_its_energy_matched_controls_overal
         assert r[5] == f"{m['energy_a']:.3f} / {m['energy_b']:.3f}"
     assert {r[3] for r in per_class} <= set(apptest_run.class_names) and len(per_class) >= len(overall)
     assert "Integrated Gradients' baseline (neutral)" in md
+
+
+def test_the_faithfulness_target_names_are_written_in_faithfulness_py_alone():
+    """A target's name is data (the rows' `target` column): a second spelling elsewhere would
+    silently select nothing once the first changed."""
+    import ast
+
+    from tests.conftest import ROOT
+    from vqlc_core.evaluate.faithfulness import ALL_TARGETS, CONTROLS
+
+    names = set(ALL_TARGETS) | set(CONTROLS)
+    home = ROOT / "vqlc_core" / "evaluate" / "faithfulness.py"
+    found = []
+    for folder in ("vqlc_core", "vqlc_ui", "pages", "bench"):
+        for path in (ROOT / folder).rglob("*.py"):
+            if path == home:
+                continue
+            found += [f"{path.relative_to(ROOT)}:{n.lineno} {n.value!r}" for n in ast.walk(ast.parse(path.read_text()))
+                      if isinstance(n, ast.Constant) and n.value in names]
+    assert not found, found

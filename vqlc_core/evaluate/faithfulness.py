@@ -38,13 +38,15 @@ from vqlc_core.explain.ablation import orthonormal_basis, project_out
 from vqlc_core.explain.explainer import Explainer
 
 PREDICTION, SALIENT, RANDOM_CONCEPT = "prediction concept", "salient-word concepts", "random concept"
-TARGETS = (PREDICTION, "prediction concept (uncentred)", SALIENT, RANDOM_CONCEPT)
+UNCENTRED = "prediction concept (uncentred)"
+TARGETS = (PREDICTION, UNCENTRED, SALIENT, RANDOM_CONCEPT)
 # target -> (its energy-matched other concept(s) of the same method, its energy-matched N(0, Σ) direction(s))
 MATCHED = {PREDICTION: ("prediction: matched concept", "prediction: matched direction"),
            SALIENT: ("salient: matched concepts", "salient: matched directions")}
 ALL_TARGETS = TARGETS + tuple(t for pair in MATCHED.values() for t in pair)
 CONTROL = "control"  # the method name of the rows that do not depend on a concept method
-CONTROLS = ("global mean", "random direction")
+GLOBAL_MEAN, RANDOM_DIRECTION = "global mean", "random direction"
+CONTROLS = (GLOBAL_MEAN, RANDOM_DIRECTION)
 COLUMNS = ["method", "target", "text_index", "predicted", "conf_drop", "flipped", "energy", "n_directions"]
 
 
@@ -159,8 +161,8 @@ def _batch(explainer: Explainer, batch: list[str], text_index: list[int], seed: 
     _, salient, attr = explainer.salient(enc, states, pred, words, how)
 
     runs: list[tuple[str, str, list[torch.Tensor | None]]] = []  # (method, target, basis per text or None)
-    runs.append((CONTROL, "global mean", [mean_basis] * B))
-    runs.append((CONTROL, "random direction", [orthonormal_basis(text_rng(seed, CONTROL, t).standard_normal(d))
+    runs.append((CONTROL, GLOBAL_MEAN, [mean_basis] * B))
+    runs.append((CONTROL, RANDOM_DIRECTION, [orthonormal_basis(text_rng(seed, CONTROL, t).standard_normal(d))
                                                for t in text_index]))
     hp = pooled.double().numpy()  # (B, d)
     # each text's energy along every bank direction, shared by every method's matched directions

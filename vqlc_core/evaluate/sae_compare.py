@@ -17,6 +17,7 @@ from scipy import sparse
 
 from vqlc_core.base.markdown import markdown_table
 from vqlc_core.base.runio import RunError, read_json, read_parquet, write_json
+from vqlc_core.evaluate.faithfulness import PREDICTION
 from vqlc_core.methods.metrics import centroid_r2
 
 COMPARE_FILE = "sae_compare.json"
@@ -137,7 +138,7 @@ def _faithfulness(run) -> dict:
     if not path.exists():
         return {}
     df = read_parquet(path)
-    df = df[df["target"] == "prediction concept"]
+    df = df[df["target"] == PREDICTION]
     if "seed" in df.columns:
         df = df[df["seed"] == run.cfg.method_seeds[0]]
     return {m: float(g["conf_drop"].mean()) for m, g in df.groupby("method")}

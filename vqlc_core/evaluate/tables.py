@@ -10,7 +10,7 @@ import math
 
 import pandas as pd
 
-from vqlc_core.evaluate.faithfulness import PREDICTION, SALIENT, TARGETS
+from vqlc_core.evaluate.faithfulness import CONTROL, GLOBAL_MEAN, PREDICTION, RANDOM_CONCEPT, SALIENT, TARGETS
 from vqlc_core.evaluate.instrument import ATTRIBUTION, COMPREHENSIVENESS, SUFFICIENCY
 from vqlc_core.evaluate.tag_alignment import ALIGN_THRESHOLD, alignment_markdown
 from vqlc_core.base.runio import RunError, read_json, read_parquet
@@ -155,7 +155,7 @@ def by_class_table(run) -> str:
     df = _read_optional(run, "faithfulness_by_class.parquet")
     if df.empty:
         return "(no per-class rows: rebuild the evaluate stage)"
-    df = df[df["target"].isin([PREDICTION, SALIENT, "global mean"])]
+    df = df[df["target"].isin([PREDICTION, SALIENT, GLOBAL_MEAN])]
     return _md(_faithfulness_frame(df, [_class_name(run, c) for c in df["predicted"]]))
 
 
@@ -262,10 +262,10 @@ def compare_table(runs) -> str:
                 "test prediction concepts (purity, largest share)":
                     f"{v.get('test_prediction_distinct')} ({_num(v.get('test_prediction_purity'), 2)}, "
                     f"{_num(v.get('test_prediction_largest_share'), 2)})",
-                "prediction concept Δconf (energy)": _faith_cell(faith, m, "prediction concept"),
-                "salient-word concepts Δconf (energy)": _faith_cell(faith, m, "salient-word concepts"),
-                "random concept Δconf (energy)": _faith_cell(faith, m, "random concept"),
-                "global mean Δconf (energy)": _faith_cell(faith, "control", "global mean"),
+                f"{PREDICTION} Δconf (energy)": _faith_cell(faith, m, PREDICTION),
+                f"{SALIENT} Δconf (energy)": _faith_cell(faith, m, SALIENT),
+                f"{RANDOM_CONCEPT} Δconf (energy)": _faith_cell(faith, m, RANDOM_CONCEPT),
+                f"{GLOBAL_MEAN} Δconf (energy)": _faith_cell(faith, CONTROL, GLOBAL_MEAN),
             })
         walls = {s: stages[s]["wall_s"] for s in run.stage_order() if "wall_s" in stages.get(s, {})}
         methods = [s for s in walls if s in measures["methods"]]
