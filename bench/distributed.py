@@ -29,7 +29,8 @@ def worker(a) -> None:
 
     from vqlc_core.base import distributed
     from vqlc_core.data.backbone import Backbone
-    from vqlc_core.data.extract import ExtractConfig, build_store
+    from vqlc_core.data.settings import ExtractConfig
+    from vqlc_core.data.extract import build_store
     from vqlc_core.data.datasets import load_dataset
     from vqlc_core.data.models import resolve_model
     from vqlc_core.methods.vqlc import VQLC

@@ -31,7 +31,8 @@ def child(n: int, out: str, shard_rows: int) -> None:
     import pandas as pd
 
     from vqlc_core.data.backbone import Backbone
-    from vqlc_core.data.extract import ExtractConfig, build_store
+    from vqlc_core.data.settings import ExtractConfig
+    from vqlc_core.data.extract import build_store
     from vqlc_core.data.datasets import load_dataset
     from vqlc_core.data.models import resolve_model
 

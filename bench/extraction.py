@@ -44,7 +44,8 @@ def store_rows(bb, texts, layer: int, batch_size: int, dtype: str):
     import numpy as np
     import pandas as pd
 
-    from vqlc_core.data.extract import ExtractConfig, build_store
+    from vqlc_core.data.settings import ExtractConfig
+    from vqlc_core.data.extract import build_store
 
     df = pd.DataFrame({"text_id": np.arange(len(texts)), "text": texts, "label": 0, "split": "train"})
     with tempfile.TemporaryDirectory() as d:

@@ -60,7 +60,8 @@ def ours(texts: list[str], labels, steps: int, batch: int) -> float:
     import torch
     from torch import nn
 
-    from vqlc_core.data.tuning import FinetunePlan, bucketed_batches, train_step
+    from vqlc_core.data.settings import FinetunePlan
+    from vqlc_core.data.tuning import bucketed_batches, train_step
 
     torch.manual_seed(0)
     bb = backbone()
@@ -112,7 +113,8 @@ def plain(texts: list[str], labels, steps: int, batch: int) -> float:
 
 def estimate_vs_measured(df, steps: int | None) -> dict:
     """`finetune` capped at `steps`: its logged estimate against the seconds it took."""
-    from vqlc_core.data.finetune import FinetuneConfig, finetune
+    from vqlc_core.data.settings import FinetuneConfig
+    from vqlc_core.data.finetune import finetune
 
     records = []
     handler = logging.Handler()
@@ -135,7 +137,8 @@ def estimate_vs_measured(df, steps: int | None) -> dict:
 
 def whole_estimate(df, s_per_char: float) -> dict:
     """The default fine-tuning of `df` (2 epochs) at the time per character a capped run timed."""
-    from vqlc_core.data.finetune import DEV_SHARE, FinetuneConfig
+    from vqlc_core.data.settings import FinetuneConfig
+    from vqlc_core.data.finetune import DEV_SHARE
 
     plan = FinetuneConfig().plan("full", 0)
     train, dev = df[df["split"] == "train"]["text"], df[df["split"] == "dev"]["text"]

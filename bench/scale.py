@@ -72,7 +72,7 @@ def peak_rss_mb() -> float:
 def fit_child(method: str, store_path: str, k: int, seed: int) -> dict:
     import numpy as np
 
-    from vqlc_core.methods.base import method_class
+    from vqlc_core.methods.registry import method_class
     from vqlc_core.data.store import ActivationStore
 
     store = ActivationStore(store_path)

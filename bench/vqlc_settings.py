@@ -46,7 +46,7 @@ REFERENCES = ("kmeans", "lacoat")
 
 
 def variants() -> dict[str, dict]:
-    from vqlc_core.methods.vqlc import VARIANTS
+    from vqlc_core.methods.options import VARIANTS
 
     out = {"paper": dict(VARIANTS["paper"]), "default": dict(VARIANTS["default"])}
     out.update({name: {**VARIANTS["paper"], **change} for name, change in CHANGES.items()})
@@ -56,7 +56,7 @@ def variants() -> dict[str, dict]:
 def fit_one(run, name: str, seed: int, rows):
     """(fitted method, its ConceptSet) of a VQLC variant or a reference method."""
     from vqlc_core.methods.concepts import ConceptSet
-    from vqlc_core.methods.base import method_class
+    from vqlc_core.methods.registry import method_class
     from vqlc_core.methods.vqlc import VQLC
 
     if name in REFERENCES:

@@ -27,7 +27,8 @@ def test_the_minilm_classifier_scores_at_least_070_on_mr_test(minilm):
 
 
 def test_the_concept_mapper_beats_chance_on_real_states(minilm, mr_texts, tmp_path):
-    from vqlc_core.data.extract import ExtractConfig, build_store
+    from vqlc_core.data.settings import ExtractConfig
+    from vqlc_core.data.extract import build_store
     from vqlc_core.methods.lacoat import LACOAT
 
     store = build_store(minilm, mr_texts, ExtractConfig(layer=5), tmp_path / "s", progress=False)

@@ -4,11 +4,14 @@ every option it takes."""
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 from vqlc_core.build.cli import parser
 
 
@@ -78,3 +81,22 @@ def test_the_build_help_names_the_options_a_user_needs_first():
     assert {"--preset", "--model", "--dataset", "--layer", "--n-concepts", "--methods", "--run", "--force",
             "--rebuild"} <= flags
     assert "--n-concepts" in p.format_help()
+
+
+HEAVY = {"torch", "transformers", "sklearn", "scipy", "plotly", "pandas"}
+
+
+@pytest.mark.parametrize("command", ["", "build", "extract", "train", "report", "export-html", "sae-compare", "judge",
+                                     "label", "runs"], ids=lambda c: c or "vqlc")
+def test_help_answers_without_importing_torch_or_any_heavy_library(command):
+    """`vqlc --help` and every command's --help parse with the settings alone: `-X importtime`
+    lists every module the process imported, and none is torch, transformers, scikit-learn,
+    SciPy, plotly or pandas (a command's implementation is imported when it runs)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "vqlc_core", *command.split(), "--help"], cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith(f"usage: vqlc {command}".rstrip()) and "--help" in out.stdout, out.stdout
+    imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in out.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "vqlc_core" in imported and not imported & HEAVY, sorted(imported & HEAVY)

@@ -30,7 +30,8 @@ def test_words_line_up_with_the_words_of_the_text(smol):
 
 
 def test_bos_is_never_a_word_row(smol, mr_texts, tmp_path):
-    from vqlc_core.data.extract import ExtractConfig, build_store
+    from vqlc_core.data.settings import ExtractConfig
+    from vqlc_core.data.extract import build_store
 
     enc, words = smol.tokenize(["hello there", "a"])
     assert smol.add_bos and (enc["input_ids"][:, 0] == smol.tokenizer.bos_token_id).all()
@@ -62,7 +63,8 @@ def smol_explainer(smol, mr_texts, tmp_path_factory):
     from vqlc_core.data.classifier import Classifier, pooled_features
     from vqlc_core.methods.concepts import ConceptSet
     from vqlc_core.explain.explainer import Explainer
-    from vqlc_core.data.extract import ExtractConfig, build_store
+    from vqlc_core.data.settings import ExtractConfig
+    from vqlc_core.data.extract import build_store
     from vqlc_core.methods.kmeans import KMeansConcepts
 
     part = mr_texts.groupby("label").head(40).reset_index(drop=True)

@@ -15,7 +15,8 @@ from vqlc_core.data.classifier import Classifier, pooled_features
 from vqlc_core.methods.concepts import ConceptSet
 from vqlc_core.explain.attribution import eligible_words, layer_attributions, salient_indices, word_scores
 from vqlc_core.explain.explainer import Explainer, concept_proba
-from vqlc_core.data.extract import ExtractConfig, extract_texts
+from vqlc_core.data.settings import ExtractConfig
+from vqlc_core.data.extract import extract_texts
 from vqlc_core.methods.kmeans import KMeansConcepts
 from vqlc_core.methods.base import softmax_neg_distances
 from vqlc_core.data.store import ArrayStore

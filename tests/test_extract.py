@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from vqlc_core.data.extract import ExtractConfig, build_store
+from vqlc_core.data.settings import ExtractConfig
+from vqlc_core.data.extract import build_store
 from vqlc_core.data.store import ActivationStore
 
 LAYER = 4

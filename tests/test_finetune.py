@@ -15,7 +15,8 @@ from vqlc_core.data.backbone import Backbone
 from vqlc_core.data.classifier import Classifier
 from vqlc_core.base.options import flag
 from vqlc_core.base.runio import RunError
-from vqlc_core.data.finetune import FinetuneConfig, finetune, load_finetuned
+from vqlc_core.data.settings import FinetuneConfig
+from vqlc_core.data.finetune import finetune, load_finetuned
 from vqlc_core.data.models import resolve_model
 from vqlc_core.data.tuning import bucketed_batches, plain_state
 

@@ -97,7 +97,7 @@ def test_fine_tuning_hyperparameters_of_a_frozen_run_do_not_lock_it(frozen):
 
 def test_auto_precision_takes_what_a_finished_stage_was_built_with(apptest_run):
     from vqlc_core.build.pipeline import check_settings
-    from vqlc_core.data.finetune import FinetuneConfig
+    from vqlc_core.data.settings import FinetuneConfig
 
     run = apptest_run
     built = run.manifest.data["stages"]["finetune"]["settings"]["finetune_dtype"]

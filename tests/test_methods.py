@@ -4,8 +4,8 @@ import pytest
 from vqlc_core.methods.kmeans import KMeansConcepts
 from vqlc_core.methods.lacoat import LACOAT
 from vqlc_core.build.config import MethodsConfig
-from vqlc_core.methods.base import (DEFAULT_METHODS, REGISTRY, ConceptMethod, PeakMemory, method_class,
-                                    method_names, softmax_neg_distances)
+from vqlc_core.methods.base import ConceptMethod, PeakMemory, softmax_neg_distances
+from vqlc_core.methods.registry import DEFAULT_METHODS, OPTIONS, REGISTRY, method_class, method_names, method_options
 from vqlc_core.base.runio import RunError
 from vqlc_core.data.store import ArrayStore
 
@@ -75,6 +75,7 @@ def test_the_registry_names_each_method_class_once():
     for name in method_names():
         cls = method_class(name)
         assert issubclass(cls, ConceptMethod) and cls(n_concepts=3).name == name
+        assert method_options(name) is cls.Options is OPTIONS[REGISTRY[name]]  # the light table is the classes' own
     with pytest.raises(RunError, match="Unknown concept method 'pca'; choose one of vqlc, kmeans, lacoat, sae."):
         method_class("pca")
 

@@ -18,7 +18,8 @@ from vqlc_core.build import cli
 from vqlc_core.build.pipeline import build
 from vqlc_core.build.run import Run
 from vqlc_core.evaluate.tables import run_tables
-from vqlc_core.methods.base import REGISTRY, ConceptMethod, softmax_neg_distances
+from vqlc_core.methods.base import ConceptMethod, softmax_neg_distances
+from vqlc_core.methods.registry import REGISTRY
 
 
 @dataclass

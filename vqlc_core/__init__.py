@@ -27,8 +27,8 @@ _HOMES = {
     "Backbone": "data.backbone", "capture": "data.backbone",
     "ablate": "explain.ablation",
     "Explainer": "explain.explainer", "Explanation": "explain.explainer",
-    "REGISTRY": "methods.base", "ConceptMethod": "methods.base", "display_name": "methods.base",
-    "method_class": "methods.base", "method_names": "methods.base",
+    "ConceptMethod": "methods.base", "display_name": "methods.base",
+    "REGISTRY": "methods.registry", "method_class": "methods.registry", "method_names": "methods.registry",
     "ConceptSet": "methods.concepts", "Concept": "methods.records", "concepts_of": "methods.arrays",
     "KMeansConcepts": "methods.kmeans", "LACOAT": "methods.lacoat", "SAEConcepts": "methods.sae", "VQLC": "methods.vqlc",
 }

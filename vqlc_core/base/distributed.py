@@ -2,48 +2,71 @@
 collectives the rest of the code uses, and the two reductions training needs (streamed moments,
 summed gradients). Everything is read from torchrun's environment (WORLD_SIZE, RANK,
 LOCAL_RANK); in one process every collective is a no-op, chosen once.
+
+torch is imported only where a tensor or a process group is at hand: in one process the checks
+(`rank`, `is_main`, `init`, `close`) import none, so a command line that only parses imports no
+torch (no process group exists before torch.distributed is imported).
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import sys
 from datetime import timedelta
-from typing import Callable, Iterable, NamedTuple
+from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple
 
 import numpy as np
-import torch
-import torch.distributed as dist
+
+if TYPE_CHECKING:
+    import torch
+
+
+def _dist():
+    """torch.distributed, imported on first use."""
+    import torch.distributed as dist
+
+    return dist
+
+
+def _joined() -> bool:
+    """Whether this process is in a process group (never, before torch.distributed is imported)."""
+    if "torch.distributed" not in sys.modules:
+        return False
+    dist = _dist()
+    return dist.is_available() and dist.is_initialized()
 
 
 def _active() -> bool:
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    return _joined() and _dist().get_world_size() > 1
 
 
 def init() -> None:
     """Join the process group torchrun describes (nccl when this machine has CUDA, else gloo);
     nothing in one process or when already joined."""
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or (dist.is_available() and dist.is_initialized()):
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or _joined():
         return
+    import torch
+
     cuda = torch.cuda.is_available()
     if cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     # Rank 0 alone runs the stages that are not sharded while the others wait at a barrier.
-    dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(hours=2))
+    _dist().init_process_group("nccl" if cuda else "gloo", timeout=timedelta(hours=2))
 
 
 def close() -> None:
     """Leave the process group, if this process joined one."""
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    if _joined():
+        _dist().destroy_process_group()
 
 
 def rank() -> int:
-    return dist.get_rank() if _active() else 0
+    return _dist().get_rank() if _active() else 0
 
 
 def world() -> int:
-    return dist.get_world_size() if _active() else 1
+    return _dist().get_world_size() if _active() else 1
 
 
 def is_main() -> bool:
@@ -53,11 +76,13 @@ def is_main() -> bool:
 def barrier() -> None:
     """Wait until every rank gets here."""
     if _active():
-        dist.barrier()
+        _dist().barrier()
 
 
 def device() -> str:
     """This process's device: its local GPU (cuda:LOCAL_RANK) when CUDA is available, else cpu."""
+    import torch
+
     if torch.cuda.is_available():
         return f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
     return "cpu"
@@ -83,6 +108,9 @@ def _noop(t: torch.Tensor) -> None:
 
 
 def _gather(t: torch.Tensor) -> list[torch.Tensor]:
+    import torch
+
+    dist = _dist()
     out = [torch.empty_like(t) for _ in range(dist.get_world_size())]
     dist.all_gather(out, t.contiguous())
     return out
@@ -92,6 +120,7 @@ def collectives() -> Collectives:
     """torch.distributed's collectives when several ranks run, otherwise no-ops. Call it once,
     at construction, and keep the result."""
     if _active():
+        dist = _dist()
         return Collectives(dist.all_reduce, lambda t: dist.broadcast(t, src=0), _gather)
     return Collectives(_noop, _noop, lambda t: [t])
 
@@ -102,6 +131,8 @@ def moments(batches: Iterable[torch.Tensor], dim: int, all_reduce: Callable[[tor
 
     Every rank reads the same stream; rank r sums batches r, r+N, ..., and the sums and the
     count are then all-reduced, so every rank gets the moments of the whole stream."""
+    import torch
+
     n, s, ss = 0, torch.zeros(dim, dtype=torch.float64), torch.zeros(dim, dtype=torch.float64)
     for x in itertools.islice(batches, rank(), None, world()):
         x = x.double()
@@ -118,6 +149,8 @@ def moments(batches: Iterable[torch.Tensor], dim: int, all_reduce: Callable[[tor
 def all_reduce_grads_(params: list[torch.Tensor], all_reduce: Callable[[torch.Tensor], None]) -> None:
     """Sum every gradient over the ranks in one all-reduce of a flat buffer (a parameter a rank
     left without gradient counts as zero)."""
+    import torch
+
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
     flat = torch.cat([g.reshape(-1) for g in grads])
     all_reduce(flat)

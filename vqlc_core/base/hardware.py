@@ -5,6 +5,9 @@ Where bf16 is emulated (AVX2 or AVX-512 without BF16) a bf16 autocast forward an
 slower than fp32, not faster: fine-tuning MiniLM on MR took 2.1 s a step in bf16 against 0.67 s
 in fp32 on such a CPU (one thread, batch 32), while on a CPU with AVX-512 BF16 bf16 was the
 faster one (fp32 1.57× its step time).
+
+torch is imported by the functions that use it, so the settings (`AUTO`, `DEVICES_HELP`,
+`check_device_name`) and a command line that only reads them import none.
 """
 
 from __future__ import annotations
@@ -14,8 +17,6 @@ import os
 from contextlib import contextmanager
 from typing import Iterator
 
-import torch
-
 from vqlc_core.base.runio import RunError
 
 AUTO = "auto"
@@ -24,6 +25,8 @@ log = logging.getLogger(__name__)
 
 def native_bf16() -> bool:
     """Whether this CPU computes in bfloat16 natively (AVX-512 BF16 or AMX tiles)."""
+    import torch
+
     return bool(getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)()
                 or getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)())
 
@@ -48,6 +51,8 @@ def usable_cores() -> int:
 def torch_threads(n: int) -> Iterator[None]:
     """torch's intra-op threads set to `n` while the block runs, and set back after it (the
     dashboard's server explains on one thread; a build it starts runs on every core)."""
+    import torch
+
     before = torch.get_num_threads()
     torch.set_num_threads(max(1, int(n)))
     try:
@@ -72,6 +77,8 @@ def resolve_device(name: str = AUTO) -> str:
     """A device setting resolved for this process: "auto" is the process's own GPU under torchrun
     (cuda:LOCAL_RANK), cuda:0 in one process with CUDA, else "cpu"; "cuda" is cuda:0 (cuda:LOCAL_RANK
     under torchrun). Raises a one-sentence RunError for a CUDA device this machine lacks."""
+    import torch
+
     name = check_device_name(name)
     local = int(os.environ.get("LOCAL_RANK", "0"))
     if name == AUTO:
@@ -91,6 +98,8 @@ def resolve_device(name: str = AUTO) -> str:
 
 def free_bytes(device: str) -> int:
     """Memory free for new tensors on `device`: the GPU's free memory, or the machine's available RAM."""
+    import torch
+
     if device.startswith("cuda"):
         free, _ = torch.cuda.mem_get_info(torch.device(device))
         return int(free)
@@ -101,6 +110,8 @@ def free_bytes(device: str) -> int:
 
 def is_out_of_memory(err: BaseException) -> bool:
     """Whether `err` is an allocator's out-of-memory error (CUDA's, or a CPU allocation that failed)."""
+    import torch
+
     return isinstance(err, (torch.OutOfMemoryError, MemoryError)) or (
         isinstance(err, RuntimeError) and "out of memory" in str(err).lower())
 
@@ -109,6 +120,8 @@ def smaller_batch(err: BaseException, size: int, option: str) -> int:
     """After `err` in a batch of `size`: half the batch when `err` ran out of memory (the cached
     GPU blocks freed first), a one-sentence RunError naming `option` when even one item does
     not fit; any other error is raised again."""
+    import torch
+
     if not is_out_of_memory(err):
         raise err
     if torch.cuda.is_available():

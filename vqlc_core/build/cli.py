@@ -6,6 +6,11 @@ The options are generated from the config dataclasses (`config.py`), so their de
 live in one place. Every mistake a user can make ends in one sentence on stderr and exit
 status 2, never a traceback (the cause goes to the log with --verbose); an interrupted command
 resumes when it is run again.
+
+Parsing reads only the settings and the stage registry, which import no torch, so `--help` and a
+mistake in the options answer at once; a command's implementation (the pipeline, a run, the
+tables, the LLM commands, the HTML export) is imported in the function that runs it, the one
+place in the package where a vqlc_core import sits inside a function (`tests/test_layout.py`).
 """
 
 from __future__ import annotations
@@ -18,22 +23,12 @@ import time
 from dataclasses import MISSING, fields
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
 from vqlc_core.base import distributed
 from vqlc_core.base.options import field_default, field_flag
 from vqlc_core.base.runio import RunError, check_run_name, read_json
 from vqlc_core.build.config import PRESETS, SECTIONS, BuildConfig, preset, section_fields
-from vqlc_core.build.pipeline import build
-from vqlc_core.build.run import Run, cache_dir_default, list_runs
 from vqlc_core.build.stages import stage_names, stage_reads, stages_needed
-from vqlc_core.evaluate import sae_compare
-from vqlc_core.evaluate.tables import compare_table, run_tables
-from vqlc_core.evaluate.tag_alignment import ALIGN_THRESHOLD
-from vqlc_core.llm import judge, labelling
-from vqlc_core.llm.judge import JudgeConfig
-from vqlc_core.llm.labelling import LabelConfig
-from vqlc_core.views import export_html
+from vqlc_core.llm.settings import JudgeConfig, LabelConfig
 
 log = logging.getLogger("vqlc_core")
 
@@ -133,7 +128,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--compare", nargs="+", metavar="RUN", default=None,
                    help="instead of the run's tables, one table of --run beside these runs (e.g. a frozen and a "
                         "fine-tuned model): accuracy, prediction concepts, faithfulness against the controls, stage times")
-    p.add_argument("--align-threshold", type=float, default=ALIGN_THRESHOLD, metavar="SHARE",
+    p.add_argument("--align-threshold", type=float, default=None, metavar="SHARE",  # None: ALIGN_THRESHOLD
                    help="the share of a concept's tagged train members that must carry one linguistic tag for the "
                         "concept to be aligned with it (ConceptX's default 0.9), for the aligned-concept table")
     p = _run_command(sub, "export-html", "write one self-contained HTML file of a method's concepts (grid, word "
@@ -158,6 +153,8 @@ def parser() -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> BuildConfig:
     """The preset with the options given on the command line; cache_dir from $VQLC_CACHE_DIR
     when not given."""
+    from vqlc_core.build.run import Run, cache_dir_default
+
     skip = {"command", "preset", "force", "rebuild", "verbose"}
     overrides = {k: v for k, v in vars(args).items() if k not in skip}
     if overrides.get("cache_dir") is None:
@@ -172,6 +169,8 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
 
 def _run_dir(args: argparse.Namespace, name: str | None = None) -> Path:
     """The folder of run `name` (default: --run) in --cache-dir (default: $VQLC_CACHE_DIR or cache)."""
+    from vqlc_core.build.run import cache_dir_default
+
     return (args.cache_dir or cache_dir_default()) / "runs" / check_run_name(name or args.run)
 
 
@@ -225,6 +224,8 @@ def _add_llm_commands(sub) -> None:
 
 
 def _list_runs(cache_dir: Path | None) -> int:
+    from vqlc_core.build.run import cache_dir_default, list_runs
+
     runs = list_runs(cache_dir)
     if not runs:
         print(f"No runs under {(cache_dir or cache_dir_default()) / 'runs'}; build one with `vqlc build`.")
@@ -238,6 +239,11 @@ def _list_runs(cache_dir: Path | None) -> int:
 
 
 def _export_html(args: argparse.Namespace) -> int:
+    from tqdm.auto import tqdm
+
+    from vqlc_core.build.run import Run
+    from vqlc_core.views import export_html
+
     run_dir = _run_dir(args)
     if not (run_dir / "manifest.json").exists():
         raise RunError(f"No run '{args.run}' under {run_dir.parent}; `vqlc runs` lists the runs there.")
@@ -260,6 +266,17 @@ def _export_html(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    from vqlc_core.build.run import Run
+    from vqlc_core.evaluate.tables import compare_table, run_tables
+    from vqlc_core.evaluate.tag_alignment import ALIGN_THRESHOLD
+
+    runs = [Run(_run_dir(args, name)) for name in [args.run, *(args.compare or [])]]
+    threshold = ALIGN_THRESHOLD if args.align_threshold is None else args.align_threshold
+    print(compare_table(runs) if args.compare else run_tables(runs[0], threshold), end="")
+    return 0
+
+
 def _configure_logging(verbose: bool) -> None:
     """vqlc's own messages to stdout (INFO; DEBUG with --verbose); other libraries keep theirs."""
     if not any(getattr(h, "_vqlc", False) for h in log.handlers):
@@ -278,20 +295,26 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "runs":
             return _list_runs(args.cache_dir)
         if args.command == "report":
-            runs = [Run(_run_dir(args, name)) for name in [args.run, *(args.compare or [])]]
-            print(compare_table(runs) if args.compare else run_tables(runs[0], args.align_threshold), end="")
-            return 0
+            return _report(args)
         if args.command == "export-html":
             return _export_html(args)
         if args.command == "sae-compare":
+            from vqlc_core.build.run import Run
+            from vqlc_core.evaluate import sae_compare
+
             print(sae_compare.command(Run(_run_dir(args))), end="")
             return 0
         if args.command in ("judge", "label"):
+            from vqlc_core.build.run import Run
+            from vqlc_core.llm import judge, labelling
+
             run = Run(_run_dir(args))
             module = judge if args.command == "judge" else labelling
             settings = JudgeConfig if args.command == "judge" else LabelConfig
             print(module.command(run, settings(**{f.name: getattr(args, f.name) for f in fields(settings)})), end="")
             return 0
+        from vqlc_core.build.pipeline import build
+
         cfg = config_from_args(args)
         distributed.init()  # under torchrun: join the process group; one process: nothing
         if not distributed.is_main():

@@ -12,14 +12,13 @@ import shlex
 from dataclasses import Field, dataclass, field, fields, replace
 from pathlib import Path
 
-from vqlc_core.methods.base import DEFAULT_METHODS, N_CONCEPTS, PREDICTION_CONCEPTS, REGISTRY, method_class, method_names
 from vqlc_core.base.hardware import AUTO, DEVICES_HELP, check_device_name
 from vqlc_core.base.options import at_least, field_flag, one_of, opt
 from vqlc_core.base.runio import RunError
-from vqlc_core.data.extract import ExtractConfig
-from vqlc_core.data.finetune import FinetuneConfig
+from vqlc_core.data.settings import ExtractConfig, FinetuneConfig
 from vqlc_core.methods.records import CONCEPT_VECTORS
-
+from vqlc_core.methods.registry import (DEFAULT_METHODS, N_CONCEPTS, PREDICTION_CONCEPTS, REGISTRY, method_names,
+                                        method_options)
 
 
 def flag_of(name: str) -> str:
@@ -91,7 +90,7 @@ class MethodsConfig:
         given = dict(self.options)
         self.options = {}
         for m in method_names():
-            cls = method_class(m).Options
+            cls = method_options(m)
             if cls is not None:
                 o = given.pop(m, None)
                 self.options[m] = o if isinstance(o, cls) else cls(**(o or {}))
@@ -215,9 +214,9 @@ def section_fields(section) -> list[tuple[str, Field]]:
     out = [(f.name, f) for f in fields(section) if f.name != "options"]
     if section is MethodsConfig or isinstance(section, MethodsConfig):
         for m in method_names():
-            cls = method_class(m)
-            if cls.Options is not None:
-                out += [(f"{m}_{f.name}", f) for f in fields(cls.Options)]
+            options = method_options(m)
+            if options is not None:
+                out += [(f"{m}_{f.name}", f) for f in fields(options)]
     return out
 
 
@@ -240,7 +239,7 @@ def section_from_flat(section: type, flat: dict):
     for k, v in flat.items():
         if k in own:
             continue
-        m = next((m for m in method_names() if k.startswith(m + "_") and method_class(m).Options), None)
+        m = next((m for m in method_names() if k.startswith(m + "_") and method_options(m)), None)
         if m is None:
             raise RunError(f"Unknown setting {k!r}.")
         options.setdefault(m, {})[k[len(m) + 1:]] = v

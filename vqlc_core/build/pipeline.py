@@ -140,7 +140,7 @@ def _run_stages(run: Run, cfg: BuildConfig, todo: list, on_stage: Callable | Non
             continue
         log.info("[%s] running", name)
         t0 = time.perf_counter()
-        info = st.run(run, name) if st.sharded or distributed.is_main() else {}
+        info = st.function()(run, name) if st.sharded or distributed.is_main() else {}
         info["wall_s"] = round(time.perf_counter() - t0, 2)
         if distributed.is_main():
             run.manifest.complete(name, **info, settings={k: flat[k] for k in stage_reads(name)},

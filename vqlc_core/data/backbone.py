@@ -20,11 +20,9 @@ from vqlc_core.data.alignment import Aligner, WordSpan, tokenize_words
 from vqlc_core.base.hardware import free_bytes
 from vqlc_core.data.models import check_fits, choose_weights, load_model, prepare
 from vqlc_core.base.runio import RunError
+from vqlc_core.data.settings import POOLINGS
 
-POOLINGS = ("cls", "mean", "last")  # the prediction representation: first token, mean over the text, last token
-AGGREGATIONS = ("last", "first", "mean")  # which sub-word's state a word gets
-DTYPES = ("float32", "bfloat16")  # the precision of a forward: float32, or bfloat16 autocast
-WEIGHT_DTYPES = ("auto", "float32", "bfloat16", "float16")  # the precision the weights are loaded in
+
 
 
 class _StopForward(Exception):

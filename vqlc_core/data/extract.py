@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -28,50 +28,12 @@ import torch
 from tqdm.auto import tqdm
 
 from vqlc_core.base import distributed
-from vqlc_core.base.hardware import AUTO, smaller_batch
-from vqlc_core.base.options import at_least, one_of, opt
+from vqlc_core.base.hardware import smaller_batch
 from vqlc_core.base.runio import (RunError, atomic_path, library_versions, read_json, read_npy, write_json, write_npy,
                                   write_parquet)
-from vqlc_core.data.backbone import AGGREGATIONS, DTYPES, POOLINGS, WEIGHT_DTYPES, Backbone, aggregate_words, capture
+from vqlc_core.data.backbone import Backbone, aggregate_words, capture
+from vqlc_core.data.settings import ExtractConfig
 from vqlc_core.data.store import FINAL_FILE, STORE_FILE, TOKEN_COLUMNS, ActivationStore, ShardWriter, finalize_store
-
-
-@dataclass
-class ExtractConfig:
-    """Stage `extract`: the model, the layer, and how token states become word and prediction rows.
-    The explainer and the faithfulness evaluation read the same settings."""
-
-    model: str = opt("minilm", "model: minilm, smollm2-135m, a Hugging Face name, a local directory or a .gguf file")
-    layer: int | None = opt(None, "layer l whose token states are used (default: the second-to-last)")
-    pooling: str | None = opt(None, "prediction representation (default: mean for MiniLM, last token for decoders)",
-                              choices=POOLINGS)
-    aggregation: str = opt("last", "which sub-word's state a word gets", choices=AGGREGATIONS)
-    max_length: int = opt(128, "tokens per text; longer texts are truncated")
-    dtype: str = opt("float32", "bfloat16 autocast is faster on CPUs with BF16", choices=DTYPES)
-    weights: str = opt(AUTO, "the precision the model's weights are loaded in, directly from its files (never "
-                             "through a float32 copy): auto = float32 for full fine-tuning; otherwise on a GPU the "
-                             "model's own half precision (else --dtype's), on a CPU float32 unless float32 weights "
-                             "would not fit in its memory; the choice is recorded in the manifest",
-                       choices=WEIGHT_DTYPES)
-    batch_size: int = opt(32, "texts per forward pass")
-    chunk_texts: int = opt(512, "texts per extraction chunk, the unit of resumption and of sharing out under "
-                                "torchrun: rank r takes chunks r, r+N, ...")
-    shard_rows: int = opt(65536, "rows per float16 shard of the store", cli=False)
-
-    def __post_init__(self):
-        one_of(self, "pooling", POOLINGS)
-        one_of(self, "aggregation", AGGREGATIONS)
-        one_of(self, "dtype", DTYPES)
-        one_of(self, "weights", WEIGHT_DTYPES)
-        at_least(self, "layer", 1)
-        at_least(self, "max_length", 4)
-        for name in ("batch_size", "chunk_texts", "shard_rows"):
-            at_least(self, name, 1)
-
-    @property
-    def autocast_dtype(self):
-        """torch.bfloat16 for bf16 autocast, else None."""
-        return torch.bfloat16 if self.dtype == "bfloat16" else None
 
 
 @torch.inference_mode()

@@ -4,7 +4,7 @@ weights, or only the top blocks; optionally a head started from a probe of the f
 (LP-FT); model choice by dev accuracy; a checkpoint after every epoch from which a killed run
 resumes to the same weights as an uninterrupted one (same machine and thread count).
 
-`FinetuneConfig` is the build's stage `finetune`; `tuning` holds the parts of a run.
+`FinetuneConfig` (`settings.py`) is the build's stage `finetune`; `tuning` holds the parts of a run.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -21,74 +21,20 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from vqlc_core.base import checkpoint
-from vqlc_core.base.hardware import AUTO, resolve_dtype
-from vqlc_core.base.options import at_least, flag, one_of, opt
+from vqlc_core.base.options import flag
 from vqlc_core.base.runio import RunError, read_json, read_safetensors, write_json, write_safetensors
-from vqlc_core.data.backbone import DTYPES, Backbone
-from vqlc_core.data.tuning import (FinetunePlan, add_lora, bucketed_batches, check_texts, dev_accuracy,
+from vqlc_core.data.backbone import Backbone
+from vqlc_core.data.settings import FinetuneConfig
+from vqlc_core.data.tuning import (add_lora, bucketed_batches, check_texts, dev_accuracy,
                                    digest, epoch_seed, fingerprint, lr_factor, memory_estimate, plain_state,
                                    probe_head, top_params, train_step)
 
-FINETUNE_MODES = ("full", "lora", "none")
 CHECKPOINT_DIR = "checkpoint"  # under the fine-tuning's folder; removed once the run has finished
 MODEL_FILE, HEAD_FILE, INFO_FILE = "model.safetensors", "head.safetensors", "finetune.json"
 
 log = logging.getLogger(__name__)
 TIMED_STEPS = 4  # steps timed for the estimate, the first a warm-up
 DEV_SHARE = 0.4  # a dev pass's cost per character against a training step's (forward only; 0.39 on MiniLM)
-
-
-@dataclass
-class FinetuneConfig:
-    """Stage `finetune`: the model is first trained for its task (backbone and a linear head on
-    the train split, the epoch chosen by dev accuracy), as the paper's models are."""
-
-    finetune: str | None = opt(None, "train the model for its task before explaining it: full (every weight), lora "
-                                     "(low-rank adapters, merged after) or none (explain the frozen model through a "
-                                     "linear head) (default: full for encoders, lora for decoders, none for a "
-                                     "sequence-classification model, which is used as it is)", choices=FINETUNE_MODES)
-    finetune_epochs: int = opt(2, "fine-tuning passes over the train split")
-    finetune_batch_size: int = opt(32, "texts per fine-tuning step")
-    finetune_lr: float | None = opt(None, "peak AdamW learning rate (default: 3e-5 for full, 1e-3 for lora)")
-    finetune_lora_rank: int = opt(8, "rank of the LoRA adapters")
-    finetune_train_blocks: int = opt(0, "train only the top N transformer blocks (0: all of them)")
-    # bf16 autocast reached the same test accuracy as fp32 on MiniLM/MR (0.8025): a third of the time
-    # on a CPU with AVX-512 BF16, three times the time where bf16 is emulated (`base.hardware`).
-    finetune_dtype: str = opt(AUTO, "fine-tuning precision: float32, bfloat16 (CPU autocast) or auto (bfloat16 where "
-                                    "the CPU computes in bf16 natively, AVX-512 BF16 or AMX; float32 elsewhere, where "
-                                    "emulated bf16 is about 3x slower)", choices=(AUTO, *DTYPES))
-    finetune_probe_init: str | None = opt(None, "start the head from a logistic-regression probe of the frozen model "
-                                                "(LP-FT) (default: on for lora, off for full)", choices=("on", "off"))
-    finetune_patience: int = opt(1, "stop after this many epochs without a better dev accuracy (0: never early)")
-    finetune_max_steps: int | None = opt(None, "stop after this many optimizer steps in all, the learning-rate "
-                                               "schedule fitted to them (default: every step of every epoch); the "
-                                               "stage prints its time estimate after its first steps, to choose by")
-
-    def __post_init__(self):
-        one_of(self, "finetune", FINETUNE_MODES)
-        one_of(self, "finetune_dtype", (AUTO, *DTYPES))
-        one_of(self, "finetune_probe_init", ("on", "off"))
-        for name in ("finetune_epochs", "finetune_batch_size", "finetune_lora_rank"):
-            at_least(self, name, 1)
-        for name in ("finetune_train_blocks", "finetune_patience"):
-            at_least(self, name, 0)
-        at_least(self, "finetune_max_steps", 1)
-        if self.finetune_lr is not None and not 0 < self.finetune_lr < 1:
-            raise RunError(f"--finetune-lr must lie between 0 and 1, got {self.finetune_lr}.")
-
-    def mode_for(self, kind: str, is_classifier: bool) -> str:
-        """The fine-tuning mode for a model of `kind` ("encoder" or "decoder")."""
-        if is_classifier:
-            return "none"  # a user's own task model is explained as it is
-        return self.finetune or ("lora" if kind == "decoder" else "full")
-
-    def plan(self, mode: str, seed: int) -> FinetunePlan:
-        """What a run in `mode` with `seed` does, every default resolved."""
-        return FinetunePlan(mode=mode, epochs=self.finetune_epochs, batch_size=self.finetune_batch_size,
-                            lr=self.finetune_lr, lora_rank=self.finetune_lora_rank,
-                            train_blocks=self.finetune_train_blocks, dtype=resolve_dtype(self.finetune_dtype),
-                            probe_init=(self.finetune_probe_init or ("on" if mode == "lora" else "off")) == "on",
-                            patience=self.finetune_patience, seed=seed, max_steps=self.finetune_max_steps)
 
 
 def finetune(backbone: Backbone, texts_df, class_names: list[str], cfg: FinetuneConfig, out_dir, seed: int = 0,

@@ -1,5 +1,5 @@
-"""The parts of a fine-tuning run (`finetune.finetune`): what one run does (`FinetunePlan`), the
-seeded batch order and learning-rate schedule, which weights train (the top blocks, or LoRA
+"""The parts of a fine-tuning run (`finetune.finetune`): what one run does (`settings.FinetunePlan`),
+the seeded batch order and learning-rate schedule, which weights train (the top blocks, or LoRA
 adapters on them), one optimizer step, the head's start from a probe of the frozen model (LP-FT),
 dev accuracy, and the fingerprints a checkpoint is checked against.
 """
@@ -7,7 +7,6 @@ dev accuracy, and the fingerprints a checkpoint is checked against.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -17,44 +16,10 @@ from torch import nn
 from vqlc_core.base.runio import RunError
 from vqlc_core.data.backbone import Backbone
 from vqlc_core.data.classifier import Classifier, pooled_features
+from vqlc_core.data.settings import FinetunePlan
 
-# MR, 2 epochs: full at 3e-5 reaches 0.80 test accuracy with MiniLM; LoRA at 1e-3 learns in
-# tens of steps on SmolLM2, where 1e-4 on the top blocks barely moves it.
-DEFAULT_LR = {"full": 3e-5, "lora": 1e-3}
 WARMUP = 0.1  # share of the steps over which the learning rate rises linearly, then falls to 0
 MAX_GRAD_NORM = 1.0
-HEAD_LR = 1e-3  # for a head started at random (probe_init off): at 3e-5 it barely moves in a short run
-
-
-@dataclass(frozen=True)
-class FinetunePlan:
-    """What one fine-tuning run does: a `FinetuneConfig` with its defaults resolved for the model
-    and the run's seed. `finetune.json` records it as its "config"."""
-
-    mode: str  # "full" or "lora"
-    epochs: int
-    batch_size: int
-    lr: float | None  # None: DEFAULT_LR of the mode
-    lora_rank: int
-    train_blocks: int  # 0: every block
-    dtype: str  # "float32" or "bfloat16" (CPU autocast)
-    probe_init: bool
-    patience: int  # 0: never stop early
-    seed: int
-    max_steps: int | None = None  # at most this many optimizer steps in all (None: every epoch's)
-
-    @property
-    def learning_rate(self) -> float:
-        return self.lr if self.lr is not None else DEFAULT_LR.get(self.mode, 0.0)
-
-    @property
-    def head_learning_rate(self) -> float:
-        """A head started from a probe moves at the model's rate; one started at random at least at HEAD_LR."""
-        return self.learning_rate if self.probe_init else max(HEAD_LR, self.learning_rate)
-
-    @property
-    def autocast_dtype(self):
-        return torch.bfloat16 if self.dtype == "bfloat16" else None
 
 
 # --------------------------------------------------------------------------- order and schedule

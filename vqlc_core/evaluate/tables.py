@@ -14,7 +14,8 @@ from vqlc_core.evaluate.faithfulness import CONTROL, GLOBAL_MEAN, PREDICTION, RA
 from vqlc_core.evaluate.instrument import ATTRIBUTION, COMPREHENSIVENESS, SUFFICIENCY
 from vqlc_core.evaluate.tag_alignment import ALIGN_THRESHOLD, alignment_markdown
 from vqlc_core.base.runio import RunError, read_json, read_parquet
-from vqlc_core.methods.base import display_name, method_class
+from vqlc_core.methods.base import display_name
+from vqlc_core.methods.registry import method_class
 
 
 

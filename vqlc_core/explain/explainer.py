@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
-from vqlc_core.data.backbone import AGGREGATIONS, aggregate_words, autocast, capture
+from vqlc_core.data.backbone import aggregate_words, autocast, capture
+from vqlc_core.data.settings import AGGREGATIONS
 from vqlc_core.data.inputs import check_input
 from vqlc_core.methods.calibration import tempered
 from vqlc_core.explain.ablation import from_layer, orthonormal_basis, project_out

@@ -12,8 +12,6 @@ import pandas as pd
 
 from vqlc_core.data.corpus import word_spans
 
-N_CONTEXTS = 20  # member contexts shown to write a label
-N_HELD_OUT = 5  # held-out members (and as many non-members) to score it
 CONTEXT_CHARS = 120  # a word's context: this many characters either side, cut at spaces
 SENTENCE_WORDS = 60  # a prediction row's context: its text, cut to this many words
 

@@ -12,36 +12,22 @@ already answered.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-
 import numpy as np
 import pandas as pd
 
-from vqlc_core.base.options import opt
 from vqlc_core.base.runio import RunError, write_json, write_parquet
 from vqlc_core.llm.agreement import agreement, method_table, position_effect
 from vqlc_core.llm.client import ChatClient, plan
-from vqlc_core.llm.endpoint import SPEC_HELP, Endpoint
-from vqlc_core.llm.judge_items import N_JUDGED, ROLES, JudgeItem, judged_items
-from vqlc_core.llm.judge_prompts import EXAMPLE_CONCEPTS, TOKENS_PER_CONCEPT, judge_request, parse_judgement
+from vqlc_core.llm.endpoint import Endpoint
+from vqlc_core.llm.judge_items import ROLES, JudgeItem, judged_items
+from vqlc_core.llm.judge_prompts import EXAMPLE_CONCEPTS, judge_request, parse_judgement
 from vqlc_core.llm.judge_results import RATING_COLUMNS, judge_table
 from vqlc_core.llm.localserver import WEAK_JUDGE_NOTE, Session, endpoints
 from vqlc_core.llm.records import Records
 from vqlc_core.llm.runfacts import concepts_digest, llm_dir
+from vqlc_core.llm.settings import N_JUDGED, JudgeConfig
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class JudgeConfig:
-    """`vqlc judge`'s settings; its command-line options are generated from these fields."""
-
-    judge: list[str] | None = opt(None, SPEC_HELP + "; repeat it for several judges")
-    n: int = opt(N_JUDGED, "dev sentences to judge, stratified by true/false positive/negative")
-    seed: int = opt(0, "seed of the sample, the letters' order and the bootstrap")
-    methods: tuple[str, ...] | None = opt(None, "the methods to compare (default: every built method)")
-    max_tokens: int | None = opt(None, f"the longest answer a judge may give, in tokens (default: 16 + "
-                                       f"{TOKENS_PER_CONCEPT} per concept shown)")
 
 
 # --- running judges ---------------------------------------------------------------------------

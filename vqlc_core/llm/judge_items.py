@@ -19,12 +19,12 @@ import pandas as pd
 
 from vqlc_core.base.runio import RunError, read_json, write_json
 from vqlc_core.llm.runfacts import check_methods, llm_dir
+from vqlc_core.llm.settings import N_JUDGED
 from vqlc_core.methods.concepts import is_prediction_concept, prediction_examples
 
 log = logging.getLogger(__name__)
 
 ROLES = ("prediction", "salient")  # the concept of the prediction representation, of the most salient word
-N_JUDGED = 100  # dev sentences judged
 N_WORDS = 10  # a concept is shown by its most frequent words ...
 N_SENTENCES = 5  # ... or, when it holds mostly prediction rows, by example sentences of
 SENTENCE_WORDS = (5, 30)  # 5 to 30 words

@@ -8,42 +8,21 @@ edited by hand is left as it is.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from typing import ClassVar
 
-
-from vqlc_core.base.options import opt
 from vqlc_core.base.runio import RunError
 from vqlc_core.llm.client import CHARS_PER_TOKEN, ChatClient, estimate_tokens, plan
-from vqlc_core.llm.contexts import CONTEXT_CHARS, N_CONTEXTS, N_HELD_OUT, contexts, sample_rows
+from vqlc_core.llm.contexts import CONTEXT_CHARS, contexts, sample_rows
 from vqlc_core.llm.detection import DETECT_SYSTEM, detection_requests, detection_scores, parse_yes_no
-from vqlc_core.llm.endpoint import SPEC_HELP, Endpoint
+from vqlc_core.llm.endpoint import Endpoint
 from vqlc_core.llm.label_prompts import LABEL_TOKENS, N_SAMPLES, agree, label_request, parse_label
 from vqlc_core.llm.labels import labels_path, labels_table, load_labels, save_labels
 from vqlc_core.llm.localserver import WEAK_LABELLER_NOTE, Session, endpoints
 from vqlc_core.llm.records import Records
 from vqlc_core.llm.runfacts import check_methods, llm_dir
+from vqlc_core.llm.settings import N_CONTEXTS, N_HELD_OUT, LabelConfig
 from vqlc_core.methods.concepts import is_prediction_concept
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class LabelConfig:
-    """`vqlc label`'s settings; its command-line options are generated from these fields."""
-
-    EXCLUSIVE: ClassVar[tuple[str, ...]] = ("concepts", "max_concepts")  # options that exclude each other
-
-    method: str | None = opt(None, "the concept method to label (default: the run's first built method, e.g. vqlc)")
-    concepts: tuple[int, ...] | None = opt(None, "label only these concept ids (default: every concept with train "
-                                                 "members)")
-    max_concepts: int | None = opt(None, "label only the N largest concepts")
-    judge: list[str] | None = opt(None, "the model that writes and scores the labels: " + SPEC_HELP)
-    n_contexts: int = opt(N_CONTEXTS, "member contexts shown to write a label", flag="--contexts")
-    n_held_out: int = opt(N_HELD_OUT, "held-out member contexts, and as many non-members, to score a label by "
-                                      f"detection (default: {N_HELD_OUT}; 0 skips scoring)", flag="--held-out")
-    seed: int = opt(0, "seed of the contexts drawn")
-    max_tokens: int = opt(LABEL_TOKENS, "the longest label answer, in tokens")
 
 
 # --- labelling a method --------------------------------------------------------------------------

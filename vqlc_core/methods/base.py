@@ -1,11 +1,10 @@
-"""The concept methods: their registry (the one list of methods) and the one estimator
-interface they share. A method fits on rows of an activation store, maps (N, d) vectors to
+"""The concept methods: the one estimator interface they share (their registry is
+`registry.py`). A method fits on rows of an activation store, maps (N, d) vectors to
 concept ids, measures its fit time and peak memory here, and saves itself as safetensors + JSON.
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import resource
 import sys
@@ -20,23 +19,8 @@ import psutil
 from vqlc_core.base.runio import RunError, read_json, read_safetensors, write_json, write_safetensors
 from vqlc_core.data.store import as_store
 from vqlc_core.methods.metrics import perplexity_from_counts
+from vqlc_core.methods.registry import REGISTRY, method_class
 
-# The registry: every concept method, by name, as "module:class" (imported on first use) or as
-# the class itself. Adding a method is one module with a ConceptMethod subclass (its display name,
-# its options as a small dataclass, its capabilities) plus one line here; the build's settings,
-# the command line, the stages, the tables and the pages read it from here.
-REGISTRY: dict[str, "str | type[ConceptMethod]"] = {
-    "vqlc": "vqlc_core.methods.vqlc:VQLC",
-    "kmeans": "vqlc_core.methods.kmeans:KMeansConcepts",
-    "lacoat": "vqlc_core.methods.lacoat:LACOAT",
-    "sae": "vqlc_core.methods.sae:SAEConcepts",
-}
-# What a build fits unless told otherwise: the SAE is an option (its cost is in the README).
-DEFAULT_METHODS = ("vqlc", "kmeans", "lacoat")
-N_CONCEPTS = 400  # concepts K of every method, as in the paper's lineage
-# prediction concepts of every method, fitted on the prediction rows beside the K word concepts
-# (`split.py`; chosen by measurement, bench/prediction_concepts.py); 0 is the paper's one set
-PREDICTION_CONCEPTS = 20
 METHOD_FILE = "method.json"
 WEIGHTS_FILE = "method.safetensors"
 FORMAT_VERSION = 2
@@ -109,22 +93,6 @@ def _hwm_bytes() -> int:
     except OSError:
         pass
     return 0
-
-
-def method_names() -> tuple[str, ...]:
-    """Every registered method's name, in registry order."""
-    return tuple(REGISTRY)
-
-
-def method_class(name: str) -> type["ConceptMethod"]:
-    """The ConceptMethod subclass registered as `name`."""
-    if name not in REGISTRY:
-        raise RunError(f"Unknown concept method '{name}'; choose one of {', '.join(REGISTRY)}.")
-    target = REGISTRY[name]
-    if isinstance(target, type):
-        return target
-    module, cls = target.split(":")
-    return getattr(importlib.import_module(module), cls)
 
 
 def display_name(name: str) -> str:

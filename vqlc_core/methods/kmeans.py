@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 from sklearn.cluster import KMeans, MiniBatchKMeans
 
-from vqlc_core.methods.base import N_CONCEPTS, ConceptMethod, softmax_neg_distances
+from vqlc_core.methods.base import ConceptMethod, softmax_neg_distances
+from vqlc_core.methods.registry import N_CONCEPTS
 
 _CHUNK = 65536  # rows per distance block, so predicting a large X stays bounded in memory
 

@@ -14,7 +14,8 @@ import psutil
 from sklearn.cluster import AgglomerativeClustering
 from sklearn.linear_model import LogisticRegression
 
-from vqlc_core.methods.base import N_CONCEPTS, ConceptMethod
+from vqlc_core.methods.base import ConceptMethod
+from vqlc_core.methods.registry import N_CONCEPTS
 from vqlc_core.base.runio import RunError
 
 

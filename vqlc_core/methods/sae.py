@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +18,7 @@ import torch
 from torch import nn
 
 from vqlc_core.base import distributed
-from vqlc_core.base.options import at_least, opt
+from vqlc_core.methods.options import LATENTS, K, SAEOptions
 from vqlc_core.methods.trainer import ModuleMethod
 from vqlc_core.methods.metrics import R2Accumulator, perplexity_from_counts
 from vqlc_core.base.runio import RunError
@@ -74,21 +73,6 @@ class SAEModel(nn.Module):
         dimension, so a normalised direction is rescaled before it is normed)."""
         w = self.coder.W_dec.detach() * self.norm_scale
         return w / w.norm(dim=1, keepdim=True).clamp_min(1e-12)
-
-
-LATENTS, K = 4096, 32  # the SAE's default width and active latents per row
-
-
-@dataclass
-class SAEOptions:
-    """The SAE's build options (`sae_<field>` in the build's settings)."""
-
-    latents: int = opt(LATENTS, "SAE: number of latents, its concepts (K does not apply to it)")
-    k: int = opt(K, "SAE: active latents per row (TopK)")
-
-    def __post_init__(self):
-        at_least(self, "k", 1)
-        at_least(self, "latents", self.k + 1)
 
 
 class SAEConcepts(ModuleMethod):

@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from vqlc_core.base.runio import RunError, read_json, write_json
-from vqlc_core.methods.base import ConceptMethod, method_class
+from vqlc_core.methods.base import ConceptMethod
+from vqlc_core.methods.registry import method_class
 from vqlc_core.methods.metrics import perplexity_from_counts
 
 SPLIT_FILE = "split.json"

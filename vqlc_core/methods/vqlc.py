@@ -8,57 +8,21 @@ the same model on its slice of each global batch (see `_fit`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from vqlc_core.base import distributed
-from vqlc_core.base.options import at_least, one_of, opt
+from vqlc_core.base.options import at_least, one_of
 from vqlc_core.base.runio import RunError
-from vqlc_core.methods.base import N_CONCEPTS, softmax_neg_distances
+from vqlc_core.methods.base import softmax_neg_distances
+from vqlc_core.methods.options import BETA, VARIANTS, VQLCOptions
+from vqlc_core.methods.registry import N_CONCEPTS
 from vqlc_core.methods.trainer import ModuleMethod
 from vqlc_core.methods.metrics import R2Accumulator, perplexity_from_counts
 from vqlc_core.methods.scaling import NORMALIZE, normalization
 from vqlc_core.methods.vq import INITS, RESEEDS, VQModel, init_codes
-
-# Named settings of VQLC (`vqlc build --vqlc-variant NAME`). "paper" is the method as the paper
-# describes it: farthest-first initialisation, dead codes re-seeded with the largest-error rows,
-# no penalty beyond reconstruction and commitment (the centring and one global scale of
-# center_rms move and scale the space as a whole, so nearest codes and farthest-first are as on
-# the raw states). "default" was chosen by measurement (bench/vqlc_settings.py, README "Which
-# VQLC settings"): on the paper's settings farthest-first spends every code on the periphery, the
-# mean-pooled prediction rows in the dense centre share one or two codes, and largest-error
-# re-seeding only ever adds codes further out.
-VARIANTS: dict[str, dict] = {
-    "paper": {"init": "farthest_first", "reseed": "largest_error", "normalize": "center_rms", "ortho_weight": 0.0,
-              "stop_tol": 0.0},
-    "default": {"init": "kmeans++", "reseed": "random", "normalize": "center_row", "ortho_weight": 0.0,
-                "stop_tol": 0.01},
-}
-
-BETA = 0.25  # the commitment weight, as in VQ-VAE and the paper
-
-
-@dataclass
-class VQLCOptions:
-    """VQLC's build options (`vqlc_<field>` in the build's settings)."""
-
-    beta: float = opt(BETA, "VQLC commitment weight beta", flag="--beta")
-    epochs: int | None = opt(None, "VQLC training epochs, every step trained (default: until under 1 in 100 of "
-                                         "a probe of fit rows change concept in 40 steps, at most 1,000 steps)", flag="--epochs")
-    fit_on: str = opt("fitset", "VQLC trains on the shared fit set or on all train rows", flag="--fit-on",
-                      choices=("fitset", "all"))
-    variant: str = opt("default", "VQLC's settings: default (k-means++ initialisation, dead codes re-seeded from "
-                                  "random batch rows, rows normalised to one norm; chosen by measurement, see the "
-                                  "README) or paper (farthest-first initialisation, largest-error re-seeding, no "
-                                  "orthogonality penalty)", flag="--vqlc-variant", choices=tuple(VARIANTS))
-
-    def __post_init__(self):
-        at_least(self, "epochs", 1)
-        one_of(self, "fit_on", ("fitset", "all"))
-        one_of(self, "variant", tuple(VARIANTS))
 
 
 class VQLC(ModuleMethod):

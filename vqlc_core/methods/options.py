@@ -1,0 +1,66 @@
+"""The built-in methods' build options, each a small dataclass (`ConceptMethod.Options`), kept
+apart from the estimators so the build's settings and the command line read them without
+importing torch: `registry.method_options` finds them here until a method's class is loaded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vqlc_core.base.options import at_least, one_of, opt
+
+# Named settings of VQLC (`vqlc build --vqlc-variant NAME`). "paper" is the method as the paper
+# describes it: farthest-first initialisation, dead codes re-seeded with the largest-error rows,
+# no penalty beyond reconstruction and commitment (the centring and one global scale of
+# center_rms move and scale the space as a whole, so nearest codes and farthest-first are as on
+# the raw states). "default" was chosen by measurement (bench/vqlc_settings.py, README "Which
+# VQLC settings"): on the paper's settings farthest-first spends every code on the periphery, the
+# mean-pooled prediction rows in the dense centre share one or two codes, and largest-error
+# re-seeding only ever adds codes further out.
+VARIANTS: dict[str, dict] = {
+    "paper": {"init": "farthest_first", "reseed": "largest_error", "normalize": "center_rms", "ortho_weight": 0.0,
+              "stop_tol": 0.0},
+    "default": {"init": "kmeans++", "reseed": "random", "normalize": "center_row", "ortho_weight": 0.0,
+                "stop_tol": 0.01},
+}
+
+BETA = 0.25  # the commitment weight, as in VQ-VAE and the paper
+
+
+@dataclass
+class VQLCOptions:
+    """VQLC's build options (`vqlc_<field>` in the build's settings)."""
+
+    flag_prefix = "vqlc"  # the method's name (`ConceptMethod` sets it too, once the class is imported)
+
+    beta: float = opt(BETA, "VQLC commitment weight beta", flag="--beta")
+    epochs: int | None = opt(None, "VQLC training epochs, every step trained (default: until under 1 in 100 of "
+                                         "a probe of fit rows change concept in 40 steps, at most 1,000 steps)", flag="--epochs")
+    fit_on: str = opt("fitset", "VQLC trains on the shared fit set or on all train rows", flag="--fit-on",
+                      choices=("fitset", "all"))
+    variant: str = opt("default", "VQLC's settings: default (k-means++ initialisation, dead codes re-seeded from "
+                                  "random batch rows, rows normalised to one norm; chosen by measurement, see the "
+                                  "README) or paper (farthest-first initialisation, largest-error re-seeding, no "
+                                  "orthogonality penalty)", flag="--vqlc-variant", choices=tuple(VARIANTS))
+
+    def __post_init__(self):
+        at_least(self, "epochs", 1)
+        one_of(self, "fit_on", ("fitset", "all"))
+        one_of(self, "variant", tuple(VARIANTS))
+
+
+LATENTS, K = 4096, 32  # the SAE's default width and active latents per row
+
+
+@dataclass
+class SAEOptions:
+    """The SAE's build options (`sae_<field>` in the build's settings)."""
+
+    flag_prefix = "sae"  # the method's name (`ConceptMethod` sets it too, once the class is imported)
+
+    latents: int = opt(LATENTS, "SAE: number of latents, its concepts (K does not apply to it)")
+    k: int = opt(K, "SAE: active latents per row (TopK)")
+
+    def __post_init__(self):
+        at_least(self, "k", 1)
+        at_least(self, "latents", self.k + 1)
