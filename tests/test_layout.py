@@ -141,3 +141,19 @@ def test_the_checks_catch_an_upward_import_and_a_cycle(tmp_path, monkeypatch):
         test_imports_point_down_the_layers_only()
     with pytest.raises(AssertionError, match="import cycles"):
         test_the_import_graph_has_no_cycle(pkg)
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "pages").glob("*.py")), ids=lambda p: p.name)
+def test_a_page_imports_the_packages_public_names_and_no_other_page(path):
+    """The pages sit on top: they import vqlc_ui and vqlc_core (never each other, never a private
+    name), so their layer is above both packages' and the graph stays acyclic."""
+    tree = ast.parse(path.read_text())
+    bad = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.module.split(".")[0] == "pages" or node.level:
+                bad.append(f"from {'.' * node.level}{node.module} import ...")
+            bad += [f"{node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+        elif isinstance(node, ast.Import):
+            bad += [a.name for a in node.names if a.name.split(".")[0] == "pages"]
+    assert bad == [], f"{path.name}: {bad}"
