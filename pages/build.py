@@ -10,6 +10,7 @@ from vqlc_ui import uploads
 from vqlc_core.build.config import PRESETS, build_command, preset
 from vqlc_core.build.overview import runs_overview
 from vqlc_core.build.run import Run, has_a_method, is_built
+from vqlc_core.methods.base import display_name
 
 
 def run_status(path) -> str:
@@ -51,7 +52,7 @@ if own:
         cfg = uploads.upload_config(name, path, run_name, text_col, label_col, int(limit), vqlc_ui.cache_dir())
 st.markdown(
     f"A run fine-tunes **{cfg.extract.model}** for its task on **{cfg.data.dataset}**, extracts its layer "
-    f"representations, trains the classifier, fits VQLC, K-Means and LACOAT with K = {cfg.methods.n_concepts}, evaluates faithfulness and "
+    f"representations, trains the classifier, fits {', '.join(display_name(m) for m in cfg.methods.methods)} with K = {cfg.methods.n_concepts}, evaluates faithfulness and "
     f"stores the concept maps, all under `{cfg.run_dir}`. An interrupted build resumes where it stopped. The "
     f"command line does the same: `{build_command(cfg)}`.")
 runs = runs_overview(vqlc_ui.cache_dir())

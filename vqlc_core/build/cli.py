@@ -112,7 +112,8 @@ def _add_config(p: argparse.ArgumentParser, sections: tuple[str, ...]) -> None:
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="vqlc", description=(
-        "vqlc: discover latent concepts in a language model with VQLC, K-Means and LACOAT. Everything is "
+        "vqlc: discover latent concepts in a language model with VQLC, K-Means, LACOAT and a sparse "
+        "autoencoder (SAE; --methods says which a build fits). Everything is "
         "written under <cache>/runs/<run>/; rerunning a command resumes where it stopped."))
     sub = ap.add_subparsers(dest="command", required=True)
     for name, (help_, _) in COMMANDS.items():
