@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import psutil
+import torch
 
 from vqlc_core.base.runio import RunError, read_json, read_safetensors, write_json, write_safetensors
 from vqlc_core.data.store import as_store
@@ -279,6 +280,15 @@ class ConceptMethod:
         """Raise a clear RunError unless fitted attribute `attr` exists."""
         if getattr(self, attr, None) is None:
             raise RunError(f"This {self.name} method is not fitted yet; call fit(store) first.")
+
+    def fitted_tensor(self, X) -> torch.Tensor:
+        """`X` (an (N, d) array or tensor) as float32 rows of the width the fitted model takes, for
+        a torch method's forward; refused in one sentence otherwise."""
+        self.check_fitted("model_")
+        X = torch.as_tensor(np.asarray(X) if not isinstance(X, torch.Tensor) else X, dtype=torch.float32)
+        if X.ndim != 2 or X.shape[1] != self.n_features_in_:
+            raise RunError(f"{self.display_name} expects an (N, {self.n_features_in_}) array, got shape {tuple(X.shape)}.")
+        return X
 
     def check_n_rows(self, n_rows: int) -> None:
         """Raise a clear RunError when there are fewer rows to fit than concepts to find."""

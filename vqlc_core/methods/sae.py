@@ -186,18 +186,11 @@ class SAEConcepts(ModuleMethod):
 
     # ---- encode and predict -------------------------------------------------------------
 
-    def _as_tensor(self, X) -> torch.Tensor:
-        self.check_fitted("model_")
-        X = torch.as_tensor(np.asarray(X) if not isinstance(X, torch.Tensor) else X, dtype=torch.float32)
-        if X.ndim != 2 or X.shape[1] != self.n_features_in_:
-            raise RunError(f"The SAE expects an (N, {self.n_features_in_}) array, got shape {tuple(X.shape)}.")
-        return X
-
     @torch.no_grad()
     def _run(self, X):
         """Per chunk of raw X: (top-k activations (n, k), their latents (n, k), reconstruction in
         raw space (n, d))."""
-        X = self._as_tensor(X)
+        X = self.fitted_tensor(X)
         self.model_.eval()
         for s in range(0, len(X), _CHUNK):
             acts, idx, _ = self.model_.coder.encode(self.model_.normalize(X[s : s + _CHUNK].to(self.device)))

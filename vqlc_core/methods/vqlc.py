@@ -133,13 +133,6 @@ class VQLC(ModuleMethod):
             codes = init_codes(z, self.n_concepts, self.init, self.seed)
         cb.init_(codes, count=self.batch_size / self.n_concepts)
 
-    def _as_tensor(self, X) -> torch.Tensor:
-        self.check_fitted("model_")
-        X = torch.as_tensor(np.asarray(X) if not isinstance(X, torch.Tensor) else X, dtype=torch.float32)
-        if X.ndim != 2 or X.shape[1] != self.n_features_in_:
-            raise RunError(f"VQLC expects an (N, {self.n_features_in_}) array, got shape {tuple(X.shape)}.")
-        return X
-
     @torch.no_grad()
     def _run(self, X: torch.Tensor, chunk: int = 8192):
         """Per chunk of raw X: (z, code index, reconstruction in raw space, normalised input,
@@ -229,12 +222,12 @@ class VQLC(ModuleMethod):
 
     def transform(self, X) -> np.ndarray:
         """Encodings z (N, dz) float32 of raw vectors X (N, d)."""
-        parts = [z.cpu().numpy() for z, *_ in self._run(self._as_tensor(X))]
+        parts = [z.cpu().numpy() for z, *_ in self._run(self.fitted_tensor(X))]
         return np.concatenate(parts or [np.zeros((0, self.model_.codebook.dim), np.float32)])
 
     def predict(self, X) -> np.ndarray:
         """Index (int64) of the closest code in the code book for every raw vector of X (N, d)."""
-        parts = [i.cpu().numpy() for _, i, *_ in self._run(self._as_tensor(X))]
+        parts = [i.cpu().numpy() for _, i, *_ in self._run(self.fitted_tensor(X))]
         return np.concatenate(parts or [np.zeros(0, np.int64)]).astype(np.int64)
 
     def predict_proba(self, X) -> np.ndarray:
@@ -244,7 +237,7 @@ class VQLC(ModuleMethod):
 
     def reconstruct(self, X) -> np.ndarray:
         """Reconstruction of raw vectors X (N, d) through encoder, nearest code and decoder."""
-        parts = [r.cpu().numpy() for _, _, r, *_ in self._run(self._as_tensor(X))]
+        parts = [r.cpu().numpy() for _, _, r, *_ in self._run(self.fitted_tensor(X))]
         return np.concatenate(parts or [np.zeros((0, self.n_features_in_), np.float32)])
 
     def predict_store(self, store, batch_size: int = 8192, return_means: bool = False):
@@ -258,7 +251,7 @@ class VQLC(ModuleMethod):
         parts = []
         sums = torch.zeros(self.n_concepts, self.model_.codebook.dim, dtype=torch.float64)
         for x in store.iter_batches(batch_size, shuffle=False):
-            for z, idx, *_ in self._run(self._as_tensor(x), chunk=batch_size):
+            for z, idx, *_ in self._run(self.fitted_tensor(x), chunk=batch_size):
                 sums.index_add_(0, idx.cpu(), z.cpu().double())
                 parts.append(idx.cpu().numpy())
         indices = np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
@@ -275,7 +268,7 @@ class VQLC(ModuleMethod):
         raw, normed = R2Accumulator(), R2Accumulator()
         counts = np.zeros(self.n_concepts, dtype=np.int64)
         for x in store.iter_batches(batch_size, shuffle=False, rows=rows):
-            for _, idx, recon, h, recon_n in self._run(self._as_tensor(x), chunk=batch_size):
+            for _, idx, recon, h, recon_n in self._run(self.fitted_tensor(x), chunk=batch_size):
                 raw.update(x, recon)
                 normed.update(h, recon_n)
                 counts += np.bincount(idx.cpu().numpy(), minlength=self.n_concepts)
