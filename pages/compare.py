@@ -52,9 +52,10 @@ st.caption("The same prediction concepts and controls measured otherwise, on a s
            + "; ".join(f"**{m}**: {d}" for m, d in instrument.DESCRIPTIONS.items())
            + ". ERASER's controls are as many random words of the same sentence; the others are the matched cuts "
              "above. Each row is the target's value minus its control's with its 95% interval.")
-st.markdown(tables.instrument_table(run))
-if not (ins_rows := run.instrument_rows()).empty:
-    st.plotly_chart(charts.dose_figure(instrument.dose_curves(ins_rows)), width="stretch", key="dose_chart")
+ins_table, curves = vqlc_ui.instruments(rd, sp)
+st.markdown(ins_table)
+if curves is not None:
+    st.plotly_chart(charts.dose_figure(curves), width="stretch", key="dose_chart")
 st.header("Cost and codebook use")
 cost = browse.cost_table(measures)
 table(charts.display_frame(cost))

@@ -15,6 +15,7 @@ from pathlib import Path
 import streamlit as st
 
 from vqlc_core.build.run import Run, cache_dir_default, default_run, is_built, list_runs
+from vqlc_core.evaluate import instrument, tables
 
 
 def cache_dir() -> Path:
@@ -94,6 +95,15 @@ def prediction_members(run_dir: str, _stamp: int, method: str, k: int, n: int = 
 @st.cache_data(show_spinner=False, max_entries=16)
 def concept_map(run_dir: str, _stamp: int, method: str):
     return load_run(run_dir, _stamp).concept_map(method)
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def instruments(run_dir: str, _stamp: int):
+    """The Compare page's instruments, read and summarised once per run: their table (markdown)
+    and the dose-response curves (None for a run built without instruments)."""
+    run = load_run(run_dir, _stamp)
+    rows = run.instrument_rows()
+    return tables.instrument_table(run), (None if rows.empty else instrument.dose_curves(rows))
 
 
 @st.cache_data(show_spinner=False, max_entries=8)

@@ -125,11 +125,10 @@ class Explainer:
 
     def attributions(self, enc, states: torch.Tensor, targets, how: str = "ig") -> Attribution:
         """Token attributions (B, T) at layer l toward `targets` from `baseline_states` (see
-        `layer_attributions`), computed in float32 (in the weights' dtype where they are half): under
-        bf16 autocast the path's
-        gradients and ends are rounded, and on a LoRA-tuned SmolLM2 (layer 29, 30 MR test
-        sentences, 8 nodes) the completeness error was 1.9% mean, 23% max at 8 nodes and 1.7%,
-        20% at 16, against 0.000% mean, 0.004% max in float32 (about 1.5x the time)."""
+        `layer_attributions`), computed in float32 (in the weights' dtype where they are half):
+        under bf16 autocast the path's gradients and ends are rounded, and on the LoRA `decoder`
+        run the completeness error was 3.0% mean, 44% max at 8 nodes against 0.000%, 0.005% in
+        float32, at 1.3x the time (bench/ig_precision.py)."""
         base = self.baseline_states(enc, states)
         return layer_attributions(self.classifier, enc, self.layer, states.float(), targets, self.ig_steps, how,
                                   baseline=base)

@@ -20,7 +20,7 @@ def concepts_of(method, X, words, labels=None, class_names=None, texts=None) -> 
     train row, so every row shapes its concept."""
     store = as_store(X)
     n = store.n_rows
-    arr = store.read(np.arange(n)) if not isinstance(store, ArrayStore) else store.vectors
+    arr = store.vectors if isinstance(store, ArrayStore) else store.read(np.arange(n)).astype(np.float32)
     words = [str(w) for w in words]
     if len(words) != n:
         raise RunError(f"Expected one word per row ({n}), got {len(words)}.")
@@ -34,6 +34,5 @@ def concepts_of(method, X, words, labels=None, class_names=None, texts=None) -> 
     text_ids = np.arange(n) if texts is None else np.asarray(texts, dtype=np.int64)
     tokens = pd.DataFrame({"word": words, "kind": "word", "label": labels, "text_id": text_ids,
                            "word_index": np.zeros(n, dtype=np.int64), "split": "train"})
-    arr = np.asarray(arr, dtype=np.float32)
     return ConceptSet.from_assignments(method.name, ArrayStore(arr, tokens=tokens), method.predict(arr),
                                        method.n_concepts, class_names)

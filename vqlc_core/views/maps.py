@@ -183,4 +183,3 @@ def figure_of(cs, seed: int = 0, height: int = 560):
     """The Codebook map of a concept set, computed now (UMAP of its vectors): `concept_map`,
     `plot_frame` with the set's labels, `map_figure` in its class order."""
     return map_figure(plot_frame(concept_map(cs, seed), cs.label), cs.class_names, height)
-

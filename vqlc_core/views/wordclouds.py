@@ -122,4 +122,3 @@ def cloud_of(cs, k: int, width: int = WIDTH, height: int = HEIGHT) -> bytes:
     if not words:
         raise RunError(f"Concept {k} has no words to draw.")
     return render_cloud({str(w): float(c) for w, c in words}, int(k), width, height)
-
