@@ -1,7 +1,7 @@
 """Start the dashboard for a browser test or benchmark: `python -m vqlc_ui.serve` (`streamlit run
 app.py` with the libraries imported first; plain `streamlit run app.py` for a checkout without it)
 on a free 127.0.0.1 port over a cache that holds only one run, and Debian chromium's launch arguments.
-Shared by bench/many_users.py, tests/test_browser.py and tests/test_many_users.py."""
+Shared by bench/many_users.py, tests/ui/test_browser.py and tests/ui/test_many_users.py."""
 
 from __future__ import annotations
 

@@ -157,3 +157,26 @@ def test_a_page_imports_the_packages_public_names_and_no_other_page(path):
         elif isinstance(node, ast.Import):
             bad += [a.name for a in node.names if a.name.split(".")[0] == "pages"]
     assert bad == [], f"{path.name}: {bad}"
+
+
+# tests/<folder>/ for each vqlc_core subpackage, and for what sits beside the package
+TEST_FOLDERS = {**{sub: ROOT / "vqlc_core" / sub for sub in LAYERS}, "ui": ROOT / "vqlc_ui", "bench": ROOT / "bench"}
+
+
+def test_the_tests_mirror_the_package():
+    """A test folder is named after a subpackage of vqlc_core (or `ui` for vqlc_ui and the pages,
+    `bench` for the benchmark scripts), and a test module named after a module sits in the
+    folder of that module's subpackage: a reader finds a module's tests where the module is."""
+    tests = ROOT / "tests"
+    folders = sorted(p.name for p in tests.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
+    assert set(folders) <= set(TEST_FOLDERS), f"test folders with no subpackage: {set(folders) - set(TEST_FOLDERS)}"
+    home = {}  # module name -> the test folders it may be tested in
+    for folder, src in TEST_FOLDERS.items():
+        for p in src.glob("*.py"):
+            home.setdefault(p.stem, set()).add(folder)
+    misplaced = [str(t.relative_to(tests)) for t in tests.rglob("test_*.py")
+                 if t.parent != tests and t.stem[len("test_"):] in home and t.parent.name not in home[t.stem[len("test_"):]]]
+    assert misplaced == [], f"tests outside their module's folder: {misplaced}"
+    assert sorted(t.name for t in tests.glob("test_*.py")) == sorted(
+        ["test_api.py", "test_bad_input.py", "test_layout.py", "test_readme_layout.py", "test_security.py"]), \
+        "a new test module belongs in the folder of the subpackage it tests"

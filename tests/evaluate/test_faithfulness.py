@@ -1,5 +1,5 @@
 """The faithfulness table: one row per (method, target, sentence) on the real MiniLM with K-Means
-concepts (the explainer fixtures of test_explain), seeded controls with the energy they remove,
+concepts (the explainer fixtures of tests/explain/test_explainer.py), seeded controls with the energy they remove,
 and the bootstrap summaries and paired differences on rows made by hand."""
 
 import numpy as np
@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
-from tests.test_explain import explainer, setup  # noqa: F401 (module fixtures)
+from tests.explain.test_explainer import explainer, setup  # noqa: F401 (module fixtures)
 from vqlc_core.evaluate.controls import (N_SUBSETS, match_energy, matched_basis, removed_energy, span_energies,
                                          span_energy, unit_energy)
 from vqlc_core.explain.ablation import orthonormal_basis

@@ -222,7 +222,7 @@ def test_a_pin_from_explain_reaches_the_case_study_with_its_exports(apptest_run,
     cs = rendered(page("case_study"), "case_study (one pin)")
     labels = {b.label for b in cs.get("download_button")}
     assert {"Table (CSV)", "Table (LaTeX)", "Everything (zip with report.md)", "Ablation PNG", "Sentence SVG"} <= labels
-    # A download reruns nothing: a rerun would race the deferred zip (tests/test_browser.py).
+    # A download reruns nothing: a rerun would race the deferred zip (tests/ui/test_browser.py).
     assert all(b.proto.ignore_rerun for b in cs.get("download_button"))
     assert any("run apptest, model minilm" in c.value for c in cs.caption)
     assert len(cs.dataframe[0].value) == len(pins[0]["concepts"])

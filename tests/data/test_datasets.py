@@ -11,7 +11,7 @@ import pytest
 from vqlc_core.base.runio import SourceError
 from vqlc_core.data.datasets import load_dataset, split_dataset
 
-CACHE = Path(__file__).resolve().parents[1] / "cache"  # the project's git-ignored cache: downloads happen once
+CACHE = Path(__file__).resolve().parents[2] / "cache"  # the project's git-ignored cache: downloads happen once
 
 
 

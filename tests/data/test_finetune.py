@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from conftest import CACHE
+from tests.conftest import CACHE
 from vqlc_core.data.backbone import Backbone
 from vqlc_core.data.classifier import Classifier
 from vqlc_core.base.options import flag

@@ -14,7 +14,7 @@ from vqlc_core.base.runio import RunError, SourceError, read_json
 from vqlc_core.build.cli import main
 from vqlc_core.data.models import GB, check_fits, choose_weights, parameter_count, resolve_model, weights_bytes
 
-CACHE = Path(__file__).resolve().parents[1] / "cache"
+CACHE = Path(__file__).resolve().parents[2] / "cache"
 no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks what a machine without CUDA says")
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import blobs
+from tests.conftest import blobs
 from vqlc_core.data.store import ArrayStore
 from vqlc_core.methods.calibration import calibrate, ece, reliability, tempered
 from vqlc_core.methods.kmeans import KMeansConcepts

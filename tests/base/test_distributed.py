@@ -65,7 +65,7 @@ def fits(tmp_path_factory) -> tuple[Path, Path]:
     """The VQLC fit of tests/distributed_fit.py (dead codes replaced, an empty slice on rank 1)
     in one process and under torchrun with two."""
     out = tmp_path_factory.mktemp("fits")
-    script = str(ROOT / "tests" / "distributed_fit.py")
+    script = str(ROOT / "tests" / "base" / "distributed_fit.py")
     _run([sys.executable, script, str(out / "one")])
     _run(_torchrun(script, str(out / "two")))
     return out / "one", out / "two"

@@ -15,7 +15,7 @@ from vqlc_core.base.runio import SourceError
 from vqlc_core.data.gguf_files import conversion_dtype, gguf_architectures, smollm2_gguf
 from vqlc_core.data.models import load_model, prepare, resolve_model
 
-CACHE = Path(__file__).resolve().parents[1] / "cache"  # the project's git-ignored cache: downloads happen once
+CACHE = Path(__file__).resolve().parents[2] / "cache"  # the project's git-ignored cache: downloads happen once
 
 
 @pytest.fixture(scope="session")

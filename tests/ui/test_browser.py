@@ -1,6 +1,6 @@
 """The dashboard in a real browser: `streamlit run app.py` on a free local port, driven by
 Debian's chromium through playwright, on the small run cache/runs/apptest (the same run as
-tests/test_pages.py). Each test leaves a screenshot in test-output/browser/<test-name>.png.
+tests/ui/test_pages.py). Each test leaves a screenshot in test-output/browser/<test-name>.png.
 Skipped when /usr/bin/chromium is missing (test.sh installs it when run as root)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Sharing in a real browser (Debian's chromium through playwright, as tests/test_browser.py): a link
+"""Sharing in a real browser (Debian's chromium through playwright, as tests/ui/test_browser.py): a link
 with run, method, concept and input opens that concept, then that input's explanation, in a fresh
 browser context; the link a page offers reopens it, ablations included; the Concepts page prepares and downloads
 the file `vqlc export-html` writes; that file opens from disk with the network blocked and shows
@@ -15,8 +15,8 @@ import pytest
 from playwright.sync_api import expect, sync_playwright
 
 from tests.runcopy import linked_copy
-from tests.test_browser import LONG, SENTENCE, SHOTS, idle, metric_value, sentence
-from tests.test_export_html import EVIL, evil_copy
+from tests.ui.test_browser import LONG, SENTENCE, SHOTS, idle, metric_value, sentence
+from tests.views.test_export_html import EVIL, evil_copy
 from vqlc_core.views import browse, export_html
 from vqlc_core.methods.concepts import is_prediction_concept
 

@@ -205,7 +205,7 @@ def test_the_annotate_stage_report_and_names_on_the_small_run(apptest_run):
 
 @pytest.mark.slow
 def test_the_concepts_page_filters_by_tag_and_cards_show_tags(cache_env):
-    from tests.test_pages import page, rendered
+    from tests.ui.test_pages import page, rendered
 
     # a method with an aligned tag besides casing (on 300 texts and K = 20 not every method has one)
     method, p, label = next((m, p, lab) for m in cache_env.methods_built() for p in [cache_env.tag_profiles(m)]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from conftest import blobs
+from tests.conftest import blobs
 from vqlc_core.data.store import ArrayStore
 
 

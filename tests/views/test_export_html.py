@@ -1,7 +1,7 @@
 """The standalone HTML export of a run's concepts (vqlc_core/views/export_html.py, `vqlc export-html`) on
 the real apptest run: one file that asks for nothing outside itself, every concept with its cloud,
 words, contexts and class distribution, the faithfulness table, text from the run escaped, and
-one-sentence errors. tests/test_browser_share.py opens it in chromium with the network blocked."""
+one-sentence errors. tests/ui/test_browser_share.py opens it in chromium with the network blocked."""
 
 from __future__ import annotations
 

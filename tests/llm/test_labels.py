@@ -2,7 +2,7 @@
 concept's view) names its concept on the cards, the map, the explanations, Compare and the HTML
 export, an edited one marked as such; labels of an earlier build of a method's concepts are not
 shown and are moved aside, never merged; user text in a label is escaped. On private linked
-copies of the real apptest run; tests/test_judge.py writes labels with the real local model."""
+copies of the real apptest run; tests/llm/test_judge.py writes labels with the real local model."""
 
 from __future__ import annotations
 

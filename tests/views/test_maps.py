@@ -1,5 +1,5 @@
 """Concept maps: one point per non-empty concept, and the same map for the same seed. What the
-Codebook map page plots of a map (marker sizes, escaped hover texts) is tests/test_views_map.py."""
+Codebook map page plots of a map (marker sizes, escaped hover texts) is tests/views/test_map_figure.py."""
 
 from __future__ import annotations
 
