@@ -61,7 +61,7 @@ def main() -> None:
                 e = ex.explain(text)
                 t_explain.append((time.perf_counter() - t0) * 1000)
                 m = "vqlc" if "vqlc" in methods else next(iter(methods))
-                k = e.methods[m]["prediction_concepts"][0]["concept"]
+                k = e.methods[m].prediction_concepts[0].concept
                 t0 = time.perf_counter()
                 ex.ablate(text, m, [k])
                 t_toggle.append((time.perf_counter() - t0) * 1000)

@@ -1,6 +1,6 @@
 """Does the prediction concept's name say something? Through the public explainer, as a notebook
 would: for a seeded sample of test sentences, the label of the top prediction concept
-(`open_run(run).explainer(methods=(m,)).explain(text).methods[m]["prediction_concepts"][0]["label"]`)
+(`open_run(run).explainer(methods=(m,)).explain(text).methods[m].prediction_concepts[0].label`)
 and whether it holds a content word (`naming.content_words`: two or more letters, no English stop
 word, no class name; a prediction concept's class phrase does not count), how many distinct
 concepts they are, and the shown probability's median. (Issue "The concept behind a prediction".)
@@ -46,12 +46,12 @@ def main() -> None:
     out = {"run": args.run, "n": len(texts), "seed": args.seed, "methods": {}}
     for m in args.methods:
         explainer = run.explainer(methods=(m,))
-        tops = [explainer.explain(t).methods[m]["prediction_concepts"][0] for t in texts]
-        has = [bool(content_words(c["label"], run.class_names)) for c in tops]
+        tops = [explainer.explain(t).methods[m].prediction_concepts[0] for t in texts]
+        has = [bool(content_words(c.label, run.class_names)) for c in tops]
         out["methods"][m] = {"content_word_share": float(np.mean(has)),
-                             "distinct_concepts": len({c["concept"] for c in tops}),
-                             "median_probability": float(np.median([c["probability"] for c in tops])),
-                             "examples": [[t, c["label"], round(c["probability"], 3)] for t, c in zip(texts[:5], tops)]}
+                             "distinct_concepts": len({c.concept for c in tops}),
+                             "median_probability": float(np.median([c.probability for c in tops])),
+                             "examples": [[t, c.label, round(c.probability, 3)] for t, c in zip(texts[:5], tops)]}
         print(m, json.dumps({k: v for k, v in out["methods"][m].items() if k != "examples"}), flush=True)
         for t, label, p in out["methods"][m]["examples"][:3]:
             print(f"   {label}  p={p}  <- {t[:70]}")

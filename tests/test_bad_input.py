@@ -96,13 +96,13 @@ def test_explain_answers_any_text_with_a_result_or_a_sentence(explainer, case):
     assert ex.truncated == (case == "100,000 characters")
     assert ex.words, "a text with known words gets words"
     for w in ex.words:  # every word is a real span of the input, without control characters
-        span = CONTROL.sub(" ", text[w["start"]:w["end"]])
-        assert 0 <= w["start"] < w["end"] <= len(text) and span.strip() == w["word"]
-        assert not CONTROL.search(w["word"]), w
+        span = CONTROL.sub(" ", text[w.start:w.end])
+        assert 0 <= w.start < w.end <= len(text) and span.strip() == w.word
+        assert not CONTROL.search(w.word), w
     for m, out in ex.methods.items():
-        assert len(out["word_concepts"]) == len(ex.words)
+        assert len(out.word_concepts) == len(ex.words)
     r = _in_time(explainer.ablate, text, "vqlc", [0, 1])
-    assert r["prediction"] in explainer.classifier.class_names and np.isfinite(r["delta"])
+    assert r.prediction in explainer.classifier.class_names and np.isfinite(r.delta)
 
 
 @pytest.mark.parametrize("value, phrase", [

@@ -7,7 +7,7 @@ The public API, for a notebook (the README's "From Python" runs it in the tests)
     import vqlc_core as vq
     run = vq.open_run("default")                 # a built run, by name or path
     ex = run.explainer(methods=("vqlc",)).explain("a gorgeous, witty film")
-    ex.prediction, ex.methods["vqlc"]["prediction_concepts"][0]
+    ex.prediction, ex.methods["vqlc"].prediction_concepts[0].label
     run.concepts("vqlc").summary                 # a ConceptSet: sizes, top words, purity
     vq.VQLC(n_concepts=400).fit(X).predict(X)    # the estimators also take an (N, d) array
 
@@ -26,7 +26,8 @@ _HOMES = {
     "Run": "build.run", "list_runs": "build.run", "open_run": "build.run",
     "Backbone": "data.backbone", "capture": "data.backbone",
     "ablate": "explain.ablation",
-    "Explainer": "explain.explainer", "Explanation": "explain.explainer",
+    "Explainer": "explain.explainer",
+    "Explanation": "explain.records", "MethodExplanation": "explain.records", "Ablation": "explain.records",
     "ConceptMethod": "methods.base", "display_name": "methods.base",
     "REGISTRY": "methods.registry", "method_class": "methods.registry", "method_names": "methods.registry",
     "ConceptSet": "methods.concepts", "Concept": "methods.records", "concepts_of": "methods.arrays",

@@ -119,7 +119,7 @@ def test_the_apptest_run_builds_end_to_end_with_bfloat16_compute_and_with_bfloat
 
             again = open_run(name, cache_dir=cache)
             ex = again.explainer(["vqlc"]).explain("a gripping and beautifully acted film")
-            assert 0.5 <= ex.confidence <= 1 and ex.methods["vqlc"]["prediction_concepts"]
+            assert 0.5 <= ex.confidence <= 1 and ex.methods["vqlc"].prediction_concepts
             assert abs(sum(ex.attributions) - 1) < 1e-4
     finally:
         shutil.rmtree(cache, ignore_errors=True)

@@ -118,21 +118,21 @@ def test_an_explanation_of_the_same_sentence_is_identical_twice(setup):
 def test_salient_words_cover_half_of_the_attribution(explainer):
     e = explainer.explain(SENTENCE)
     assert abs(sum(e.attributions) - 1.0) < 1e-6
-    covered = sum(s["attribution"] for s in e.salient)
+    covered = sum(s.attribution for s in e.salient)
     assert covered >= 0.5
-    assert covered - e.salient[-1]["attribution"] < 0.5  # no more words than needed
-    assert all(set(s["concepts"]) == {"kmeans", "nearest-code"} for s in e.salient)
+    assert covered - e.salient[-1].attribution < 0.5  # no more words than needed
+    assert all(set(s.concepts) == {"kmeans", "nearest-code"} for s in e.salient)
 
 
 def test_every_word_of_the_input_gets_a_concept(explainer, setup):
     e = explainer.explain(SENTENCE)
     assert len(e.words) == len(SENTENCE.split())
-    assert [SENTENCE[w["start"] : w["end"]] for w in e.words] == SENTENCE.split()
+    assert [SENTENCE[w.start : w.end] for w in e.words] == SENTENCE.split()
     for name in setup["methods"]:
-        ids = e.methods[name]["word_concepts"]
+        ids = e.methods[name].word_concepts
         assert len(ids) == len(e.words) and all(0 <= k < K for k in ids)
-        top = e.methods[name]["prediction_concepts"]
-        assert len(top) == 5 and all(a["probability"] >= b["probability"] for a, b in zip(top, top[1:]))
+        top = e.methods[name].prediction_concepts
+        assert len(top) == 5 and all(a.probability >= b.probability for a, b in zip(top, top[1:]))
 
 
 def test_the_prediction_matches_the_classifier(explainer, setup):
@@ -174,9 +174,9 @@ def test_an_explanation_reports_its_completeness_error(explainer):
 
 def test_punctuation_is_never_a_salient_word(explainer):
     e = explainer.explain(SENTENCE)
-    commas = [i for i, w in enumerate(e.words) if w["word"] == ","]
+    commas = [i for i, w in enumerate(e.words) if w.word == ","]
     assert commas and all(e.attributions[i] == 0.0 for i in commas)
-    assert not {s["index"] for s in e.salient} & set(commas)
+    assert not {s.index for s in e.salient} & set(commas)
 
 
 def test_words_made_only_of_punctuation_or_special_tokens_or_the_pooled_position_are_not_eligible(setup):
@@ -218,17 +218,17 @@ def test_a_text_longer_than_max_length_is_truncated_and_flagged(explainer):
 
 def test_ablating_concepts_matches_the_hook_and_nothing_changes_nothing(explainer, setup):
     e = explainer.explain(SENTENCE)
-    k = e.methods["kmeans"]["prediction_concepts"][0]["concept"]
+    k = e.methods["kmeans"].prediction_concepts[0].concept
     _, concepts = setup["methods"]["kmeans"]
     out = explainer.ablate(SENTENCE, "kmeans", [k])
     hooked = ablated_proba(setup["clf"], SENTENCE, LAYER, concepts.directions([k]))[0]
-    assert np.allclose(list(out["proba"].values()), hooked, atol=1e-5)
-    assert abs(out["delta"] - (hooked[e.predicted_index] - e.confidence)) < 1e-5
+    assert np.allclose(list(out.proba.values()), hooked, atol=1e-5)
+    assert abs(out.delta - (hooked[e.predicted_index] - e.confidence)) < 1e-5
     raw = explainer.ablate(SENTENCE, "kmeans", [k], centred=False)
     hooked_raw = ablated_proba(setup["clf"], SENTENCE, LAYER, concepts.vectors[[k]])[0]
-    assert np.allclose(list(raw["proba"].values()), hooked_raw, atol=1e-5) and not np.allclose(hooked, hooked_raw)
+    assert np.allclose(list(raw.proba.values()), hooked_raw, atol=1e-5) and not np.allclose(hooked, hooked_raw)
     none = explainer.ablate(SENTENCE, "kmeans", [])
-    assert abs(none["delta"]) < 1e-6 and none["prediction"] == e.prediction
+    assert abs(none.delta) < 1e-6 and none.prediction == e.prediction
     with pytest.raises(ValueError, match="outside"):
         explainer.ablate(SENTENCE, "kmeans", [K])
     with pytest.raises(ValueError, match="Unknown concept method"):
@@ -241,7 +241,7 @@ def test_a_centred_direction_keeps_the_states_mean_component_that_the_uncentred_
     centred direction (v_k minus the train mean) leaves it nearly whole."""
     _, concepts = setup["methods"]["kmeans"]
     e = explainer.explain(SENTENCE)
-    k = e.methods["kmeans"]["prediction_concepts"][0]["concept"]
+    k = e.methods["kmeans"].prediction_concepts[0].concept
     enc, _ = setup["bb"].tokenize([SENTENCE])
     states, _ = explainer.forward({"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]})
     h = states[0]  # (T, d)
@@ -270,7 +270,7 @@ def test_the_explainer_represents_words_as_the_store_does_for_every_aggregation(
             want = rows[start : start + len(p.words)]
             assert [r[2] for r in recs[start : start + len(p.words)]] == [w.word for w in p.words]
             assert np.allclose(got, want, atol=1e-4), (how, t)
-            assert ex.explain(t).methods["kmeans"]["word_concepts"] == method.predict(got).tolist()
+            assert ex.explain(t).methods["kmeans"].word_concepts == method.predict(got).tolist()
             start += len(p.words) + 1  # the text's prediction row follows its words
     # multi-piece words make the three aggregations differ, so the check above can fail
     assert not np.allclose(rows_by["mean"], rows_by["last"]) and not np.allclose(rows_by["first"], rows_by["last"])
@@ -299,7 +299,7 @@ def test_the_pooled_position_is_never_salient_on_a_decoder(mr_texts):
     for text in texts:
         e = ex.explain(text)
         last = len(e.words) - 1
-        assert last not in {s["index"] for s in e.salient} and e.attributions[last] == 0.0 and e.salient
+        assert last not in {s.index for s in e.salient} and e.attributions[last] == 0.0 and e.salient
         p = ex._pass(text)
         attr = ex.attributions(p.enc, p.states, [e.predicted_index]).tokens[0]
         raw_top_is_last += int(np.argmax(word_scores(attr, p.words))) == last

@@ -88,9 +88,9 @@ def test_ablations_batched_together_equal_the_same_ablations_one_by_one(explaine
     alone = [fresh(explainer).ablate(*r) for r in requests]
     together = fresh(explainer).ablate_many(requests)
     for a, b in zip(alone, together):
-        assert a["prediction"] == b["prediction"]
-        assert a["delta"] == pytest.approx(b["delta"], abs=1e-5)
-        assert a["proba"] == pytest.approx(b["proba"], abs=1e-5)
+        assert a.prediction == b.prediction
+        assert a.delta == pytest.approx(b.delta, abs=1e-5)
+        assert a.proba == pytest.approx(b.proba, abs=1e-5)
 
 
 def test_requests_are_served_first_come_first_served_across_sessions(explainer):

@@ -78,11 +78,11 @@ def test_a_prediction_concept_on_the_apptest_run_is_named_by_its_prediction_memb
     run = apptest_run
     cs = run.concepts("vqlc")
     ex = run.explainer(methods=("vqlc",)).explain("a gorgeous, witty and deeply moving film .")
-    top = ex.methods["vqlc"]["prediction_concepts"][0]
-    k = top["concept"]
+    top = ex.methods["vqlc"].prediction_concepts[0]
+    k = top.concept
     row = cs.summary.loc[k]
     assert k >= run.cfg.methods.n_concepts and int(row["n_pred"]) == int(row["size"]) > 0  # its own set
-    label = top["label"]
+    label = top.label
     assert label.startswith(f"c{k}: mostly ") or label.startswith(f"c{k}: mixed ")
     words = content_words(label, run.class_names)
     assert words

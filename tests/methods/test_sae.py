@@ -257,8 +257,8 @@ def test_a_build_with_the_sae_gives_the_explainer_and_the_evaluation_its_feature
     assert (method.n_word_concepts, method.k, cs.n_concepts) == (128, 4, 128 + kp)
     np.testing.assert_array_equal(cs.directions([0, 5]), method.concept_extra()["directions"][[0, 5]])
     ex = run.explainer().explain("a charming and often affecting journey .")
-    assert len(ex.methods["sae"]["word_concepts"]) == len(ex.words)
-    assert len(ex.methods["sae"]["prediction_concepts"]) == 5
+    assert len(ex.methods["sae"].word_concepts) == len(ex.words)
+    assert len(ex.methods["sae"].prediction_concepts) == 5
     faith = run.faithfulness()
     sae_rows = faith[faith["method"] == "sae"]
     from vqlc_core.evaluate.faithfulness import ALL_TARGETS

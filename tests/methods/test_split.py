@@ -105,7 +105,7 @@ def test_the_calibration_is_computed_on_dev_rows_only(store):
 def test_the_number_shown_on_the_apptest_run_is_a_probability_calibrated_on_dev(apptest_run):
     ex = apptest_run.explainer().explain("a dull , lifeless film .")
     for m, body in ex.methods.items():
-        ps = [c["probability"] for c in body["prediction_concepts"]]
+        ps = [c.probability for c in body.prediction_concepts]
         assert all(0.0 <= p <= 1.0 for p in ps) and ps == sorted(ps, reverse=True)
         cal = apptest_run.concepts(m).info["calibration"]
         assert cal["n_dev"] == int(((apptest_run.store.tokens["kind"] == "pred")

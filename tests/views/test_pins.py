@@ -77,12 +77,12 @@ def test_a_pin_records_the_concepts_ablated_together_and_what_they_gave(apptest_
     pin = browse.make_pin(explainer, SENTENCE, "vqlc", source=browse.provenance(apptest_run, "vqlc"), ablated=[b, a])
     both = explainer.ablate(SENTENCE, "vqlc", [a, b])
     assert pin["ablated"]["concepts"] == sorted([a, b]) and browse.ablated_ids(pin) == sorted([a, b])
-    assert pin["ablated"]["new_prediction"] == both["prediction"]
-    assert pin["ablated"]["new_confidence"] == pytest.approx(both["confidence"], abs=1e-6)
-    assert pin["ablated"]["delta"] == pytest.approx(both["delta"], abs=1e-6)
+    assert pin["ablated"]["new_prediction"] == both.prediction
+    assert pin["ablated"]["new_confidence"] == pytest.approx(both.confidence, abs=1e-6)
+    assert pin["ablated"]["delta"] == pytest.approx(both.delta, abs=1e-6)
     for c in pin["concepts"]:  # and each shown concept alone, as before
         alone = explainer.ablate(SENTENCE, "vqlc", [c["concept"]])
-        assert c["new_confidence"] == pytest.approx(alone["confidence"], abs=1e-6)
+        assert c["new_confidence"] == pytest.approx(alone.confidence, abs=1e-6)
     assert {a, b} <= set(pin["labels"])
 
 

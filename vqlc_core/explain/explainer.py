@@ -9,7 +9,7 @@ batched pass from those states, and an ablation one more forward that starts at 
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -22,6 +22,8 @@ from vqlc_core.explain.ablation import from_layer, orthonormal_basis, project_ou
 from vqlc_core.base.runio import RunError
 from vqlc_core.explain.attribution import (IG_STEPS, Attribution, eligible_words, layer_attributions, pooled_positions,
                                            salient_indices, word_scores)
+from vqlc_core.explain.records import (Ablation, Explanation, MethodExplanation, PredictionConcept, SalientWord, Word,
+                                       WordConcept)
 
 TOP_CONCEPTS = 5
 
@@ -33,29 +35,6 @@ def concept_proba(method, X: np.ndarray, concepts=None) -> np.ndarray:
     p = np.asarray(proba(np.asarray(X, dtype=np.float32)), dtype=np.float32)
     t = (getattr(concepts, "info", None) or {}).get("calibration", {}).get("temperature", 1.0)
     return tempered(p, float(t))
-
-
-# --- the explanation -------------------------------------------------------------------------
-
-@dataclass
-class Explanation:
-    """Everything the Explain page shows for one input; `to_dict()` is plain JSON."""
-
-    text: str
-    layer: int
-    prediction: str  # class name
-    predicted_index: int
-    confidence: float
-    probabilities: dict[str, float]
-    words: list[dict]  # {"word", "start", "end"} (character spans in `text`)
-    attributions: list[float]  # per word, normalised to sum 1
-    salient: list[dict]  # {"index", "word", "attribution", "concepts": {method: {"concept", "label"}}}
-    methods: dict[str, dict]  # method -> {"word_concepts": [...], "prediction_concepts": [{"concept", "probability", "label"}]}
-    truncated: bool = False
-    info: dict = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass
@@ -241,36 +220,33 @@ class Explainer:
         methods, salient_concepts = {}, {i: {} for i in salient}
         for name, (concepts, ids, proba) in per_method.items():
             top = np.argsort(-proba, kind="stable")[:TOP_CONCEPTS]
-            methods[name] = {
-                "word_concepts": ids,
-                "prediction_concepts": [{"concept": int(k), "probability": float(proba[k]), "label": concepts.label(int(k))}
-                                        for k in top],
-            }
+            methods[name] = MethodExplanation(
+                word_concepts=ids,
+                prediction_concepts=[PredictionConcept(int(k), float(proba[k]), concepts.label(int(k))) for k in top])
             for i in salient:
-                salient_concepts[i][name] = {"concept": ids[i], "label": concepts.label(ids[i])}
+                salient_concepts[i][name] = WordConcept(ids[i], concepts.label(ids[i]))
 
         return Explanation(
             text=text, layer=self.layer, prediction=names[pred], predicted_index=pred,
             confidence=float(p.proba[pred]),
             probabilities={c: float(v) for c, v in zip(names, p.proba)},
-            words=[{"word": w.word, "start": int(w.start), "end": int(w.end)} for w in p.words],
+            words=[Word(w.word, int(w.start), int(w.end)) for w in p.words],
             attributions=[float(s) for s in scores],
-            salient=[{"index": i, "word": p.words[i].word, "attribution": float(scores[i]), "concepts": salient_concepts[i]}
-                     for i in salient],
+            salient=[SalientWord(i, p.words[i].word, float(scores[i]), salient_concepts[i]) for i in salient],
             methods=methods, truncated=p.truncated,
             info={"ig_steps": self.ig_steps, "ig_rule": "gauss-legendre", "pooling": self.backbone.pooling,
                   "ig_baseline": self.ig_baseline_name,
                   "completeness_error": completeness},
         )
 
-    def ablate(self, text: str, method: str, concept_ids, centred: bool = True) -> dict:
+    def ablate(self, text: str, method: str, concept_ids, centred: bool = True) -> Ablation:
         """Project the directions of `concept_ids` (of `method`'s concept set; centred on the
         train mean unless `centred` is False, see `ConceptSet.directions`) out of layer l and run
         the rest of the model. delta = new minus old probability of the originally predicted
         class (negative: the concepts supported the prediction)."""
         return self.ablate_many([(text, method, concept_ids, centred)])[0]
 
-    def ablate_many(self, requests: list[tuple]) -> list[dict]:
+    def ablate_many(self, requests: list[tuple]) -> list[Ablation]:
         """`ablate` for several (text, method, concept_ids[, centred]) at once: every
         text's own concepts projected out, then one forward from layer l for them all."""
         with self.backbone.lock:
@@ -281,8 +257,8 @@ class Explainer:
         names, out = self.classifier.class_names, []
         for p, proba in zip(ps, probas):
             pred, new = int(np.argmax(p.proba)), int(np.argmax(proba))
-            out.append({"proba": {c: float(v) for c, v in zip(names, proba)}, "prediction": names[new],
-                        "confidence": float(proba[new]), "delta": float(proba[pred] - p.proba[pred])})
+            out.append(Ablation(proba={c: float(v) for c, v in zip(names, proba)}, prediction=names[new],
+                                confidence=float(proba[new]), delta=float(proba[pred] - p.proba[pred])))
         return out
 
     def _basis(self, method: str, concept_ids, centred: bool = True) -> torch.Tensor:

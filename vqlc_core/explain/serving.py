@@ -136,14 +136,15 @@ class Batcher:
 
 class ExplainService:
     """An Explainer shared by every session of a server, behind one Batcher: `explain(text)`
-    and `ablate(text, method, ids)` return what `Explainer.explain(text).to_dict()` and
-    `Explainer.ablate` return, computed in batches with the other sessions' requests."""
+    and `ablate(text, method, ids)` return the `to_dict()` of what `Explainer.explain` and
+    `Explainer.ablate` return (plain JSON, for the pages' caches), computed in batches with the
+    other sessions' requests."""
 
     def __init__(self, explainer, max_batch: int = 16, max_wait_s: float = 0.005, stats_path=None):
         self.explainer = explainer
         self.batcher = Batcher({
             "explain": lambda batch: [e.to_dict() for e in explainer.explain_many([args[0] for args in batch])],
-            "ablate": explainer.ablate_many,
+            "ablate": lambda batch: [a.to_dict() for a in explainer.ablate_many(batch)],
         }, max_batch=max_batch, max_wait_s=max_wait_s, stats_path=stats_path)
 
     def explain(self, text: str, alive: Callable[[], bool] | None = None) -> dict:

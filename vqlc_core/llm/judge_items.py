@@ -115,10 +115,10 @@ def _item(explanation, text_id: int, label: str, stratum: str, methods: list[str
     ex = explanation
     entries = []
     for m in methods:
-        k = int(ex.methods[m]["prediction_concepts"][0]["concept"])
+        k = ex.methods[m].prediction_concepts[0].concept
         entries.append((m, "prediction", k, None))
         if ex.salient:  # the most salient word (salient words come by decreasing attribution)
-            entries.append((m, "salient", int(ex.salient[0]["concepts"][m]["concept"]), ex.salient[0]["word"]))
+            entries.append((m, "salient", ex.salient[0].concepts[m].concept, ex.salient[0].word))
     order = np.random.default_rng([seed, int(text_id)]).permutation(len(entries))  # neutral, shuffled letters
     shown = [Shown(string.ascii_uppercase[i], *entries[j][:3], views(entries[j][0], entries[j][2]), entries[j][3])
              for i, j in enumerate(order)]

@@ -213,8 +213,7 @@ def make_pin(explainer, text: str, method: str, n_prediction: int = 1, *, source
     # one forward for them all: each shown concept alone, then the page's set together
     asks = [(text, method, [c["concept"]]) for c in shown] + ([(text, method, together)] if together else [])
     results = explainer.ablate_many(asks) if asks else []
-    effect = [{"delta": r["delta"], "new_prediction": r["prediction"], "new_confidence": r["confidence"]}
-              for r in results]
+    effect = [{"delta": r.delta, "new_prediction": r.prediction, "new_confidence": r.confidence} for r in results]
     ids = ex["methods"][method]["word_concepts"]
     return {**(source or {}), "text": text, "method": method, "prediction": ex["prediction"],
             "confidence": ex["confidence"], "words": [{**w, "concept": int(k)} for w, k in zip(ex["words"], ids)],

@@ -1,0 +1,94 @@
+"""An explanation and an ablation as records: what a notebook reads of `Explainer.explain` and
+`Explainer.ablate` (`ex.methods["vqlc"].prediction_concepts[0].concept`, `after.delta`). Each
+has `to_dict()`, the plain JSON the pages, the server's batches and the build's stored example use."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class Word:
+    """One word of the explained text and its character span (`text[start:end]`)."""
+
+    word: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class WordConcept:
+    """The concept one method assigns a word, with its label."""
+
+    concept: int
+    label: str
+
+
+@dataclass(frozen=True)
+class PredictionConcept:
+    """One of the prediction representation's top concepts under a method: its id, its
+    probability (tempered with the set's calibration) and its label."""
+
+    concept: int
+    probability: float
+    label: str
+
+
+@dataclass(frozen=True)
+class SalientWord:
+    """A salient word: its index among the text's words, its attribution (the words' sum to 1)
+    and its concept under each method."""
+
+    index: int
+    word: str
+    attribution: float
+    concepts: dict[str, WordConcept]
+
+
+@dataclass(frozen=True)
+class MethodExplanation:
+    """One method's view of the input: every word's concept id and the prediction
+    representation's top concepts, most probable first."""
+
+    word_concepts: list[int]
+    prediction_concepts: list[PredictionConcept]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Everything the Explain page shows for one input; `methods` holds each method's record by
+    its name, and salient words come by decreasing attribution. `to_dict()` is plain JSON."""
+
+    text: str
+    layer: int
+    prediction: str  # class name
+    predicted_index: int
+    confidence: float
+    probabilities: dict[str, float]
+    words: list[Word]
+    attributions: list[float]  # per word, normalised to sum 1
+    salient: list[SalientWord]
+    methods: dict[str, MethodExplanation]
+    truncated: bool = False
+    info: dict = field(default_factory=dict)  # how the attribution was computed, its completeness error
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """The prediction with concepts projected out of layer l: the new class probabilities, the
+    new prediction and its confidence, and `delta`, the new minus the old probability of the
+    originally predicted class (negative: the concepts supported the prediction)."""
+
+    proba: dict[str, float]
+    prediction: str
+    confidence: float
+    delta: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
