@@ -3,6 +3,8 @@ into cache/), the small apptest run, Gaussian blobs, and the command line run as
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import subprocess
 import sys
@@ -52,7 +54,22 @@ def write_vocab_gguf(path: Path, pieces: list[str], scores: list[float], types: 
     return path
 
 
-def run_cli(*args: str, cwd: Path = ROOT, timeout: float = 300) -> tuple[int, str, str]:
+def run_cli(*args: str, cwd: Path = ROOT) -> tuple[int, str, str]:
+    """`vqlc *args` in this process (`cli.main`), as a user's shell runs it from `cwd`: (exit
+    status, stdout, stderr). A traceback is not caught: it fails the test. Tests of what only a
+    fresh process shows (imports, kills, hangs) use `run_cli_process`."""
+    from vqlc_core.build.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as e:  # argparse: a bad option, or --help
+            code = e.code if isinstance(e.code, int) else 2
+    return code, out.getvalue(), err.getvalue()
+
+
+def run_cli_process(*args: str, cwd: Path = ROOT, timeout: float = 300) -> tuple[int, str, str]:
     """`python -m vqlc_core *args` offline in a fresh process: (exit status, stdout, stderr)."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     out = subprocess.run([sys.executable, "-m", "vqlc_core", *args], cwd=cwd, env=env, capture_output=True,

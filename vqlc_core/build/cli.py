@@ -280,7 +280,10 @@ def _report(args: argparse.Namespace) -> int:
 
 def _configure_logging(verbose: bool) -> None:
     """vqlc's own messages to stdout (INFO; DEBUG with --verbose); other libraries keep theirs."""
-    if not any(getattr(h, "_vqlc", False) for h in log.handlers):
+    ours = [h for h in log.handlers if getattr(h, "_vqlc", False)]
+    if ours:  # a second command in one process (a notebook, the tests) writes to today's stdout
+        ours[0].setStream(sys.stdout)
+    else:
         handler = logging.StreamHandler(sys.stdout)
         handler.setFormatter(logging.Formatter("%(message)s"))
         handler._vqlc = True
