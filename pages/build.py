@@ -6,10 +6,11 @@ import pandas as pd
 import streamlit as st
 
 import vqlc_ui
-from vqlc_ui import uploads
+from vqlc_core.build import uploads
 from vqlc_core.build.config import PRESETS, build_command, preset
 from vqlc_core.build.overview import runs_overview
 from vqlc_core.build.run import Run, has_a_method, is_built
+from vqlc_core.data.datasets import file_columns
 from vqlc_core.methods.base import display_name
 
 
@@ -40,10 +41,10 @@ if own:
         st.stop()
     with vqlc_ui.guard():
         path = uploads.save_upload(up.name, up.getvalue(), vqlc_ui.cache_dir())
-        cols = uploads.file_columns(path)
+        cols = file_columns(path)
     a, b = st.columns(2)
-    text_col = a.selectbox("Text column", cols, index=uploads.guess(cols, "text"))
-    label_col = b.selectbox("Label column", cols, index=uploads.guess(cols, "label", avoid=text_col))
+    text_col = a.selectbox("Text column", cols, index=uploads.guess_column(cols, "text"))
+    label_col = b.selectbox("Label column", cols, index=uploads.guess_column(cols, "label", avoid=text_col))
     c, d = st.columns(2)
     run_name = c.text_input("Run name", uploads.default_run_name(path))
     limit = d.number_input("Use at most this many texts (0: all)", 0, None, 0, step=100,

@@ -6,7 +6,6 @@ rebuilt run is reloaded. Models go in `st.cache_resource`, tables and results in
 
 from __future__ import annotations
 
-import gc
 import logging
 import threading
 import time
@@ -41,13 +40,8 @@ def concepts(run_dir: str, _stamp: int, method: str):
 @st.cache_resource(show_spinner="Loading the model and the concept methods...", max_entries=2)
 def explainer(run_dir: str, _stamp: int):
     run = load_run(run_dir, _stamp)
-    ex = run.explainer({m: (method_model(run_dir, _stamp, m), concepts(run_dir, _stamp, m))
-                        for m in run.methods_built()})
-    # The model's many long-lived objects leave the collector's generations: later collections
-    # (after every script run, every session) no longer walk them.
-    gc.collect()
-    gc.freeze()
-    return ex
+    return run.explainer({m: (method_model(run_dir, _stamp, m), concepts(run_dir, _stamp, m))
+                          for m in run.methods_built()})
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)

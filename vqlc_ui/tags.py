@@ -1,6 +1,7 @@
 """Linguistic tags on the pages (the `annotate` stage, `tag_alignment`): each concept's strongest
-tags with their shares on its card, the filter by aligned tag and the sort of the Concepts page,
-and one sentence naming the tag sets a run could not make."""
+tags with their shares on its card, the sidebar's filter by aligned tag and sort of the Concepts
+page (what they keep and in what order: `vqlc_core.views.grid`), and one sentence naming the tag
+sets a run could not make."""
 
 from __future__ import annotations
 
@@ -10,13 +11,11 @@ import streamlit as st
 from vqlc_core.data.tags import TAG_SETS
 from vqlc_core.evaluate import tag_alignment
 from vqlc_core.evaluate.evaluation import concept_faithfulness
+from vqlc_core.views import grid
 
-from .loaders import concepts, load_run
 from .escape import plain
+from .loaders import concepts, load_run
 from .loaders import stamp as loaders_stamp
-
-SORTS = ("id", "size", "purity", "alignment", "faithfulness")
-ANY = "any tag"
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
@@ -36,12 +35,7 @@ def tag_index(run_dir: str, _stamp: int, method: str) -> dict | None:
     p = profiles(run_dir, _stamp, method)
     if p is None:
         return None
-    al = tag_alignment.aligned(p)
-    with_label: dict[str, set[int]] = {}
-    for k, s, t in zip(al["concept"], al["tag_set"], al["tag"]):
-        with_label.setdefault(tag_alignment.tag_label(s, t), set()).add(int(k))
-    return {"profiles": p, "lines": tag_alignment.card_lines(p),
-            "aligned": {lab: sorted(with_label[lab]) for lab in tag_alignment.aligned_tag_labels(p)}}
+    return {"profiles": p, "lines": tag_alignment.card_lines(p), "aligned": grid.aligned_index(p)}
 
 
 def card_line(run_dir: str, stamp: int, method: str, k: int) -> str:
@@ -81,36 +75,21 @@ def missing_caption(run) -> None:
 
 
 def filter_and_sort(run, method: str, stamp: int, ids: list[int]) -> list[int]:
-    """The sidebar's tag filter and sort order applied to concept ids `ids`."""
+    """The sidebar's tag filter and sort order (`grid`) applied to concept ids `ids`."""
     rd = str(run.dir)
-    cs = concepts(rd, stamp, method)
     index = tag_index(rd, stamp, method)
     p = index["profiles"] if index is not None else None
-    if p is not None:
+    if index is not None:
         with_label = index["aligned"]
-        choice = st.sidebar.selectbox("Aligned with tag", [ANY, *with_label], key=f"tag_filter_{method}",
-                                      format_func=lambda s: s if s == ANY else f"{s} ({len(with_label[s])})",
+        choice = st.sidebar.selectbox("Aligned with tag", [grid.ANY_TAG, *with_label], key=f"tag_filter_{method}",
+                                      format_func=lambda s: s if s == grid.ANY_TAG else f"{s} ({len(with_label[s])})",
                                       help=f"concepts aligned with the tag: {tag_alignment.ALIGNMENT_RULE}")
-        if choice != ANY:
-            keep = set(with_label[choice])
-            ids = [k for k in ids if k in keep]
+        ids = grid.with_tag(ids, with_label, choice)
     else:
         st.sidebar.caption("This run has no linguistic tags; build it again to add them.")
-    how = st.sidebar.selectbox("Sort by", SORTS, key=f"concept_sort_{method}",
-                               help="size: train members; purity: share of the dominant class; alignment: the share "
-                                    "of the concept's strongest tag (casing aside); faithfulness: the mean "
-                                    "confidence drop when it is ablated as a test sentence's prediction concept")
-    if how == "id":
-        return ids
-    if how in ("size", "purity"):
-        key = cs.summary[how]
-    elif how == "alignment":
-        # casing is left out: nearly every concept is all lower case
-        key = p[p["tag_set"] != "casing"].groupby("concept")["share"].max() if p is not None else pd.Series(dtype=float)
-    else:
-        key = faithfulness(rd, stamp, method)
-    key = key.reindex(range(cs.n_concepts))
-    return sorted(ids, key=lambda k: (pd.isna(key[k]), -(key[k] if not pd.isna(key[k]) else 0), k))
+    how = st.sidebar.selectbox("Sort by", grid.SORTS, key=f"concept_sort_{method}", help=grid.SORT_HELP)
+    faith = faithfulness(rd, stamp, method) if how == "faithfulness" else None
+    return grid.sorted_by(ids, grid.sort_values(how, concepts(rd, stamp, method).summary, p, faith))
 
 
 @st.cache_data(show_spinner="Aligning the concepts with the tags...", max_entries=8)

@@ -75,3 +75,34 @@ def test_a_preset_takes_flat_overrides_and_ignores_none():
 def test_an_unknown_preset_names_the_known_ones():
     with pytest.raises(RunError, match="Unknown preset 'nope'; choose one of default, decoder"):
         preset("nope")
+
+
+def test_the_number_of_ig_steps_is_written_once_in_explain_settings():
+    """The build's default and the explainer's are `explain.settings.IG_STEPS`: no module gives
+    an `ig_steps` setting or argument a number of its own that would drift from it."""
+    import ast
+    import inspect
+
+    from tests.conftest import ROOT
+    from vqlc_core.build.config import EvalConfig
+    from vqlc_core.explain.attribution import layer_attributions
+    from vqlc_core.explain.explainer import Explainer
+    from vqlc_core.explain.settings import IG_STEPS
+
+    assert EvalConfig().ig_steps == IG_STEPS
+    assert inspect.signature(Explainer).parameters["ig_steps"].default == IG_STEPS
+    assert inspect.signature(layer_attributions).parameters["steps"].default == IG_STEPS
+    literal = []
+    for path in (ROOT / "vqlc_core").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.arguments):
+                args = node.posonlyargs + node.args
+                pairs = [*zip(args[len(args) - len(node.defaults):], node.defaults),
+                         *zip(node.kwonlyargs, node.kw_defaults)]
+                literal += [f"{path.relative_to(ROOT)}:{a.lineno}" for a, d in pairs
+                            if a.arg == "ig_steps" and isinstance(d, ast.Constant)]
+            elif (isinstance(node, ast.AnnAssign) and getattr(node.target, "id", None) == "ig_steps"
+                  and isinstance(node.value, ast.Call) and node.value.args
+                  and isinstance(node.value.args[0], ast.Constant)):
+                literal.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not literal, literal

@@ -17,6 +17,7 @@ from vqlc_core.data.corpus import word_spans
 from vqlc_core.data.tags import annotate, casing, polarity, position, suffix
 from vqlc_core.evaluate import tag_alignment as ta
 from vqlc_core.methods.concepts import is_prediction_concept
+from vqlc_core.views.grid import ANY_TAG
 
 HAND = ["Mr. Smith didn't pay $5,000 for the well-known film in New York.",
         "It's a wonderful, heart-breaking story; I can't recommend it enough!",
@@ -212,7 +213,7 @@ def test_the_concepts_page_filters_by_tag_and_cards_show_tags(cache_env):
                             for lab in ta.aligned_tag_labels(p) if not lab.startswith("casing"))
     at = rendered(page("concepts", method=method), "concepts")
     f = next(s for s in at.sidebar.selectbox if s.label == "Aligned with tag")
-    assert f.options[0] == ta_any() and f"{label} ({len(ta.concepts_aligned_with(p, label))})" in f.options
+    assert f.options[0] == ANY_TAG and f"{label} ({len(ta.concepts_aligned_with(p, label))})" in f.options
     f.select(label).run()
     want = ta.concepts_aligned_with(p, label)
     cards = [m.value for m in at.markdown if m.value.startswith("**c")]
@@ -220,12 +221,6 @@ def test_the_concepts_page_filters_by_tag_and_cards_show_tags(cache_env):
     tag = label.split(": ", 1)[1]
     shown = [c.value for c in at.caption if c.value.startswith("Tags:")]
     assert len(shown) == len(cards) and all(tag in s and "✓" in s for s in shown)
-
-
-def ta_any():
-    from vqlc_ui.tags import ANY
-
-    return ANY
 
 
 @pytest.mark.slow

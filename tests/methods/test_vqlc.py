@@ -154,6 +154,17 @@ def test_from_config_takes_the_build_settings_and_fit_rows_follows_fit_on(store,
                                                                                "center_rms", 0.0)
 
 
+
+def test_a_bare_estimator_has_the_default_variants_settings():
+    """`VQLC()`'s signature shows the default variant's settings, so a notebook's estimator and
+    the default build's are one method."""
+    import inspect
+
+    from vqlc_core.methods.options import VARIANTS
+
+    params = inspect.signature(VQLC).parameters
+    assert {name: params[name].default for name in VARIANTS["default"]} == VARIANTS["default"]
+
 def test_predict_store_covers_every_row_in_order_with_mean_encodings(fitted, store):
     indices, means = fitted.predict_store(store, batch_size=256, return_means=True)
     X = store.read(np.arange(store.n_rows))

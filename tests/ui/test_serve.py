@@ -5,6 +5,7 @@ the server is started."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 import textwrap
@@ -33,7 +34,7 @@ def test_preload_imports_what_the_pages_import_and_leaves_pages_folder_mode():
         from vqlc_ui import serve
         serve.preload()
         from streamlit.runtime.pages_manager import PagesManager
-        wanted = ["torch", "sklearn", "pandas", "pyarrow.parquet", "plotly.express",
+        wanted = ["torch", "sklearn", "pandas", "pyarrow.parquet", "plotly.express", "transformers.modeling_utils",
                   "vqlc_ui", "vqlc_core.build.run", "vqlc_core.views.maps", "vqlc_core.views.charts",
                   "vqlc_core.views.judging", "vqlc_core.views.report", "vqlc_core.views.export_html",
                   "vqlc_core.evaluate.tables", "vqlc_core.evaluate.sae_compare", "streamlit.emojis"]
@@ -49,14 +50,69 @@ def test_preload_imports_what_the_pages_import_and_leaves_pages_folder_mode():
 
 
 def test_main_runs_streamlit_on_app_py_with_the_options_given(monkeypatch):
-    got = {}
-    monkeypatch.setattr(serve, "preload", lambda: got.setdefault("preloaded", True))
-    import streamlit.web.cli
+    """main makes the process-wide settings (one torch thread; the libraries frozen out of the
+    collector once preloaded), then serves app.py with the options given. The settings are
+    recorded here, not made: this test's process is pytest's."""
+    import gc
 
-    monkeypatch.setattr(streamlit.web.cli, "main", lambda args, prog_name: got.update(args=args, prog=prog_name))
+    import streamlit.web.cli
+    import torch
+
+    got, steps = {}, []
+    monkeypatch.setattr(serve, "preload", lambda: steps.append("preload"))
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: steps.append(f"threads {n}"))
+    monkeypatch.setattr(gc, "freeze", lambda: steps.append("freeze"))
+    monkeypatch.setattr(streamlit.web.cli, "main",
+                        lambda args, prog_name: (steps.append("serve"), got.update(args=args, prog=prog_name)))
     serve.main(["--server.port", "8765", "--server.address", "127.0.0.1"])
-    assert got == {"preloaded": True, "prog": "streamlit",
+    assert steps == ["threads 1", "preload", "freeze", "serve"]
+    assert got == {"prog": "streamlit",
                    "args": ["run", str(ROOT / "app.py"), "--server.port", "8765", "--server.address", "127.0.0.1"]}
+
+
+def _is_environ(node) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "environ" and getattr(node.value, "id", "") == "os"
+
+
+def _process_wide_calls(path) -> list[str]:
+    """Where the module at `path` changes its process: the collector (gc.freeze, gc.collect, ...),
+    torch's global settings (torch.set_...), the environment (os.environ written, os.putenv);
+    serve.main's own lines left out."""
+    tree = ast.parse(path.read_text())
+    skip = set()
+    if path.name == "serve.py":
+        main = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main")
+        skip = {id(n) for n in ast.walk(main)}
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            module, name = node.value.id, node.attr
+            if (module == "gc" and not name.startswith(("get_", "is_"))) or (module == "torch" and name.startswith("set_")) \
+                    or (module == "os" and name in ("putenv", "unsetenv")):
+                found.append((node.lineno, f"{module}.{name}"))
+        targets = getattr(node, "targets", None) or ([node.target] if isinstance(node, ast.AugAssign) else [])
+        if any(isinstance(t, ast.Subscript) and _is_environ(t.value) for t in targets) or (
+                isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and _is_environ(node.func.value)
+                and node.func.attr in ("setdefault", "update", "pop", "popitem", "clear")):
+            found.append((node.lineno, "os.environ written"))
+    return [f"{path.name}:{line} {what}" for line, what in sorted(found)]
+
+
+def test_process_wide_settings_are_made_in_serve_main_alone():
+    """A cached loader or a page runs in whatever process imports it (AppTest's, a notebook's),
+    so only the server's entry point may change the process."""
+    paths = [*sorted((ROOT / "vqlc_ui").glob("*.py")), *sorted((ROOT / "pages").glob("*.py")), ROOT / "app.py"]
+    assert [c for p in paths for c in _process_wide_calls(p)] == []
+
+
+def test_the_process_wide_check_finds_what_it_looks_for(tmp_path):
+    bad = tmp_path / "loaders.py"
+    bad.write_text("import gc, os, torch\n\ndef load():\n    gc.freeze()\n    torch.set_num_threads(1)\n"
+                   "    os.environ['X'] = '1'\n    os.environ.setdefault('Y', '2')\n    os.environ.get('Z')\n")
+    assert _process_wide_calls(bad) == ["loaders.py:4 gc.freeze", "loaders.py:5 torch.set_num_threads",
+                                        "loaders.py:6 os.environ written", "loaders.py:7 os.environ written"]
 
 
 def test_dashboard_server_uses_the_launcher_where_the_checkout_has_it(tmp_path):

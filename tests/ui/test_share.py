@@ -1,7 +1,8 @@
 """A view's state in its link (vqlc_ui/share.py), page by page with AppTest on a private linked copy
 of the apptest run: a link opens its run, method, concept, input and ablations; a page puts its
 view back in the URL; a link to something that is not there is one sentence; case-study pins
-are saved with the run, so a new session sees them, and they can be removed."""
+are saved with the run, so a new session sees them, and they can be removed. The link's words
+themselves (vqlc_core.views.links) are tested without Streamlit in test_links.py."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from streamlit.testing.v1 import AppTest
 
 from tests.conftest import ROOT
 from tests.runcopy import linked_copy
+from vqlc_core.views.links import parse_ablate
 from vqlc_core.views.pins import load_pins
 from vqlc_ui import plain
-from vqlc_ui.share import encode, format_ablate, link, parse_ablate
 
 SENTENCE = "the plot is thin but the actors seem to enjoy themselves"  # plain words, one word each
 
@@ -43,20 +44,6 @@ def metrics(at: AppTest) -> dict[str, str]:
 def shown_link(at: AppTest) -> str:
     (code,) = [c.value for c in at.get("code")]
     return code
-
-
-def test_ablated_concepts_are_written_as_method_and_id_and_read_back():
-    chosen = {"vqlc": [5, 3], "kmeans": [2]}
-    assert format_ablate(chosen) == "vqlc:3,vqlc:5,kmeans:2"
-    assert parse_ablate(format_ablate(chosen)) == {"vqlc": [3, 5], "kmeans": [2]}
-    assert parse_ablate("vqlc:3,nonsense,kmeans:x,:4, lacoat:7") == {"vqlc": [3], "lacoat": [7]}
-
-
-def test_a_link_holds_only_what_the_view_has():
-    params = encode({"run": "r", "method": None, "concept": 4, "text": "", "ablate": {"vqlc": []}})
-    assert params == {"run": "r", "concept": "4", "text": ""}
-    assert link("http://127.0.0.1:8501/explain", {"run": "r", "text": "a <b> & c"}) == \
-        "http://127.0.0.1:8501/explain?run=r&text=a+%3Cb%3E+%26+c"
 
 
 @pytest.mark.slow

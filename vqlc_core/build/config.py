@@ -16,6 +16,7 @@ from vqlc_core.base.hardware import AUTO, DEVICES_HELP, check_device_name
 from vqlc_core.base.options import at_least, field_flag, one_of, opt
 from vqlc_core.base.runio import RunError
 from vqlc_core.data.settings import ExtractConfig, FinetuneConfig
+from vqlc_core.explain.settings import IG_STEPS
 from vqlc_core.methods.records import CONCEPT_VECTORS
 from vqlc_core.methods.registry import (DEFAULT_METHODS, N_CONCEPTS, PREDICTION_CONCEPTS, REGISTRY, method_names,
                                         method_options)
@@ -117,9 +118,7 @@ class EvalConfig:
     """Stage `evaluate`: the faithfulness table and the instruments beside it."""
 
     faithfulness_texts: int = opt(400, "test texts in the faithfulness table")
-    # From the train rows' mean state with Gauss-Legendre nodes, 16 steps leave a completeness error
-    # under 0.01% on MiniLM (50 MR test sentences; 8 steps: 0.15%), at a p95 under 300 ms for 40 words.
-    ig_steps: int = opt(16, "Integrated Gradients steps for salient words")
+    ig_steps: int = opt(IG_STEPS, "Integrated Gradients steps for salient words")
     instrument_texts: int = opt(60, "test texts (a seeded sample of the faithfulness table's) on which the prediction "
                                     "concept is also measured by dose-response (a fraction 0.25 .. 1 of it cut), a "
                                     "probe of the layer's pooled states, and ERASER comprehensiveness and sufficiency "

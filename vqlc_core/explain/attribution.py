@@ -24,11 +24,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from vqlc_core.explain.ablation import from_layer
 from vqlc_core.base.runio import RunError
+from vqlc_core.explain.ablation import from_layer
+from vqlc_core.explain.settings import IG_STEPS
 
 SALIENT_MASS = 0.5  # salient words: the top words until this share of the total attribution
-IG_STEPS = 16  # Gauss-Legendre nodes: from the mean baseline, completeness error below 0.01% (module docstring)
 IG_CHUNK_TOKENS = 32768  # token positions per forward-backward of Integrated Gradients (bounds memory)
 
 

@@ -23,6 +23,7 @@ VARIANTS: dict[str, dict] = {
     "default": {"init": "kmeans++", "reseed": "random", "normalize": "center_row", "ortho_weight": 0.0,
                 "stop_tol": 0.01},
 }
+DEFAULT_VARIANT = VARIANTS["default"]  # `VQLC()`'s own defaults, so a bare estimator is the default build's
 
 BETA = 0.25  # the commitment weight, as in VQ-VAE and the paper
 

@@ -17,7 +17,7 @@ from vqlc_core.base import distributed
 from vqlc_core.base.options import at_least, one_of
 from vqlc_core.base.runio import RunError
 from vqlc_core.methods.base import softmax_neg_distances
-from vqlc_core.methods.options import BETA, VARIANTS, VQLCOptions
+from vqlc_core.methods.options import BETA, DEFAULT_VARIANT, VARIANTS, VQLCOptions
 from vqlc_core.methods.registry import N_CONCEPTS
 from vqlc_core.methods.trainer import ModuleMethod
 from vqlc_core.methods.metrics import R2Accumulator, perplexity_from_counts
@@ -56,6 +56,8 @@ class VQLC(ModuleMethod):
         see `trainer`. On the default run's 10,000 fit rows (seed 0) it stopped after 640 of 1,040
         steps, dev R² by concept vector 0.4186 against 0.4209 for all of them.
     checkpoint_dir: when set, a checkpoint is written after every epoch and fit resumes from it.
+    The defaults of init, reseed, normalize, ortho_weight and stop_tol are the build's default
+    variant's (`options.VARIANTS["default"]`).
     """
 
     name = "vqlc"
@@ -63,12 +65,13 @@ class VQLC(ModuleMethod):
     Options = VQLCOptions
     resumable = ("epochs", "progress", "checkpoint_dir", "device")
 
-    def __init__(self, n_concepts: int = N_CONCEPTS, beta: float = BETA, ortho_weight: float = 0.0, decay: float = 0.99,
-                 eps: float = 1e-5, dead_threshold: float = 0.05, epochs: int | None = None, batch_size: int = 256,
-                 lr: float = 1e-3, hidden: int = 256, init_sample: int = 10000, normalize: str = "center_row",
+    def __init__(self, n_concepts: int = N_CONCEPTS, beta: float = BETA,
+                 ortho_weight: float = DEFAULT_VARIANT["ortho_weight"], decay: float = 0.99, eps: float = 1e-5,
+                 dead_threshold: float = 0.05, epochs: int | None = None, batch_size: int = 256, lr: float = 1e-3,
+                 hidden: int = 256, init_sample: int = 10000, normalize: str = DEFAULT_VARIANT["normalize"],
                  seed: int = 0, checkpoint_dir: str | None = None, device: str = "cpu", progress: bool = True,
-                 min_steps: int = 1000, init: str = "kmeans++", reseed: str = "random", stop_tol: float = 0.01,
-                 check_every: int = 40):
+                 min_steps: int = 1000, init: str = DEFAULT_VARIANT["init"], reseed: str = DEFAULT_VARIANT["reseed"],
+                 stop_tol: float = DEFAULT_VARIANT["stop_tol"], check_every: int = 40):
         self.n_concepts, self.init, self.reseed, self.normalize = n_concepts, init, reseed, normalize
         self.beta, self.ortho_weight, self.decay, self.eps = beta, ortho_weight, decay, eps
         self.dead_threshold, self.hidden, self.init_sample = dead_threshold, hidden, init_sample

@@ -1,7 +1,7 @@
-"""The Build page's own texts: an uploaded .csv / .jsonl / .parquet file kept under
-`<cache>/uploads/` by its content (a file uploaded twice is stored once), its columns read as the
-command line reads the file, and the build configuration that names it as `--dataset`, with the
-same column choices as `--text-column` and `--label-column`."""
+"""A build on a user's own texts (the Build page's upload): the file kept under
+`<cache>/uploads/` by its content (a file uploaded twice is stored once), a first guess at its
+text and label columns among those `datasets.file_columns` reads, and the build configuration that
+names it as `--dataset`, with the same column choices as `--text-column` and `--label-column`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from vqlc_core.base.runio import RunError, atomic_path, check_run_name
 from vqlc_core.build.config import BuildConfig, preset
-from vqlc_core.data.datasets import USER_FILE_SUFFIXES, file_columns
+from vqlc_core.data.datasets import USER_FILE_SUFFIXES
 
 UPLOADS = "uploads"
 
@@ -34,8 +34,8 @@ def default_run_name(path: Path) -> str:
     return re.sub(r"-[0-9a-f]{12}$", "", path.stem) or "mine"
 
 
-def guess(columns: list[str], wanted: str, avoid: str | None = None) -> int:
-    """The index of the column named `wanted` (or the first other than `avoid`)."""
+def guess_column(columns: list[str], wanted: str, avoid: str | None = None) -> int:
+    """The index of the column named `wanted`, else of the first other than `avoid` (0 for none)."""
     if wanted in columns:
         return columns.index(wanted)
     return next((i for i, c in enumerate(columns) if c != avoid), 0)
@@ -49,6 +49,3 @@ def upload_config(preset_name: str, path: Path, run: str, text_column: str, labe
         raise RunError(f"The text and the label column are both '{text_column}'; choose two different columns.")
     return preset(preset_name, run=run, dataset=str(path), text_column=text_column, label_column=label_column,
                   limit=limit or None, cache_dir=cache_dir)
-
-
-__all__ = ["default_run_name", "file_columns", "guess", "save_upload", "upload_config"]
