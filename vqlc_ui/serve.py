@@ -86,6 +86,11 @@ def main(argv: list[str] | None = None) -> None:
     # cores (on 2 cores, 2 threads barely beat 1); a build started from a page runs on every
     # core for its duration (`hardware.torch_threads`).
     torch.set_num_threads(1)
+    # On a GPU, attention without cuDNN's kernels: cuDNN builds a plan for every new input
+    # length, which put the Explain page's p95 for fresh 40-word inputs at 330 ms on an H200,
+    # against 62-73 ms without it (57-58 ms either way for lengths seen before;
+    # bench/gpu_attention.py). Flash and memory-efficient attention remain; a CPU is unaffected.
+    torch.backends.cuda.enable_cudnn_sdp(False)
     preload()
     # The libraries' long-lived objects leave the collector's generations, so a full collection
     # no longer walks them: with the apptest run's explainer loaded it takes 3 ms, against 89 ms

@@ -50,8 +50,8 @@ def test_preload_imports_what_the_pages_import_and_leaves_pages_folder_mode():
 
 
 def test_main_runs_streamlit_on_app_py_with_the_options_given(monkeypatch):
-    """main makes the process-wide settings (one torch thread; the libraries frozen out of the
-    collector once preloaded), then serves app.py with the options given. The settings are
+    """main makes the process-wide settings (one torch thread; no cuDNN attention; the libraries
+    frozen out of the collector once preloaded), then serves app.py with the options given. The settings are
     recorded here, not made: this test's process is pytest's."""
     import gc
 
@@ -61,11 +61,12 @@ def test_main_runs_streamlit_on_app_py_with_the_options_given(monkeypatch):
     got, steps = {}, []
     monkeypatch.setattr(serve, "preload", lambda: steps.append("preload"))
     monkeypatch.setattr(torch, "set_num_threads", lambda n: steps.append(f"threads {n}"))
+    monkeypatch.setattr(torch.backends.cuda, "enable_cudnn_sdp", lambda on: steps.append(f"cudnn attention {on}"))
     monkeypatch.setattr(gc, "freeze", lambda: steps.append("freeze"))
     monkeypatch.setattr(streamlit.web.cli, "main",
                         lambda args, prog_name: (steps.append("serve"), got.update(args=args, prog=prog_name)))
     serve.main(["--server.port", "8765", "--server.address", "127.0.0.1"])
-    assert steps == ["threads 1", "preload", "freeze", "serve"]
+    assert steps == ["threads 1", "cudnn attention False", "preload", "freeze", "serve"]
     assert got == {"prog": "streamlit",
                    "args": ["run", str(ROOT / "app.py"), "--server.port", "8765", "--server.address", "127.0.0.1"]}
 
@@ -87,6 +88,8 @@ def _process_wide_calls(path) -> list[str]:
     for node in ast.walk(tree):
         if id(node) in skip:
             continue
+        if isinstance(node, ast.Attribute) and node.attr.startswith("enable_") and "torch.backends." in ast.unparse(node):
+            found.append((node.lineno, ast.unparse(node)))  # torch.backends.cuda.enable_cudnn_sdp and the like
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
             module, name = node.value.id, node.attr
             if (module == "gc" and not name.startswith(("get_", "is_"))) or (module == "torch" and name.startswith("set_")) \
@@ -110,9 +113,11 @@ def test_process_wide_settings_are_made_in_serve_main_alone():
 def test_the_process_wide_check_finds_what_it_looks_for(tmp_path):
     bad = tmp_path / "loaders.py"
     bad.write_text("import gc, os, torch\n\ndef load():\n    gc.freeze()\n    torch.set_num_threads(1)\n"
-                   "    os.environ['X'] = '1'\n    os.environ.setdefault('Y', '2')\n    os.environ.get('Z')\n")
+                   "    os.environ['X'] = '1'\n    os.environ.setdefault('Y', '2')\n    os.environ.get('Z')\n"
+                   "    torch.backends.cuda.enable_cudnn_sdp(False)\n")
     assert _process_wide_calls(bad) == ["loaders.py:4 gc.freeze", "loaders.py:5 torch.set_num_threads",
-                                        "loaders.py:6 os.environ written", "loaders.py:7 os.environ written"]
+                                        "loaders.py:6 os.environ written", "loaders.py:7 os.environ written",
+                                        "loaders.py:9 torch.backends.cuda.enable_cudnn_sdp"]
 
 
 def test_dashboard_server_uses_the_launcher_where_the_checkout_has_it(tmp_path):
