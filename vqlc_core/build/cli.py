@@ -278,15 +278,24 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Stdout(logging.StreamHandler):
+    """A handler that writes to whatever sys.stdout is when a message comes: several commands
+    in one process (a notebook, the tests) each reach their own stdout, never a closed one."""
+
+    @property
+    def stream(self):
+        return sys.stdout
+
+    @stream.setter
+    def stream(self, _):  # StreamHandler's own assignment: the stream is always today's stdout
+        pass
+
+
 def _configure_logging(verbose: bool) -> None:
     """vqlc's own messages to stdout (INFO; DEBUG with --verbose); other libraries keep theirs."""
-    ours = [h for h in log.handlers if getattr(h, "_vqlc", False)]
-    if ours:  # a second command in one process (a notebook, the tests) writes to today's stdout
-        ours[0].setStream(sys.stdout)
-    else:
-        handler = logging.StreamHandler(sys.stdout)
+    if not any(isinstance(h, _Stdout) for h in log.handlers):
+        handler = _Stdout()
         handler.setFormatter(logging.Formatter("%(message)s"))
-        handler._vqlc = True
         log.addHandler(handler)
     log.setLevel(logging.DEBUG if verbose else logging.INFO)
 
