@@ -20,6 +20,10 @@ CACHE = ROOT / "cache"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The shared downloads, parsed datasets and converted models that tests link into their own
+# caches: there from the start, so a link made before the first download is not left dangling.
+for _sub in ("downloads", "datasets", "models"):
+    (CACHE / _sub).mkdir(parents=True, exist_ok=True)
 
 
 def blobs(n_per: int = 100, k: int = 6, dim: int = 32, spread: float = 0.3, seed: int = 0):
