@@ -39,7 +39,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "gpu_attention.json"))
     args = ap.parse_args()
     import torch
-    from gpu_check import build_on, model_source  # beside this script
+    from gpu_check import build_on, model_source, write_result  # beside this script
     from latency import inputs_of_length
 
     from vqlc_core.base.hardware import resolve_device
@@ -65,12 +65,7 @@ def main() -> None:
     torch.backends.cuda.enable_cudnn_sdp(False)  # off once more, after the default: the order's effect
     out["cudnn_sdp_off_again_fresh"] = timed(ex, pool[2 * args.n:3 * args.n], sync)
     torch.backends.cuda.enable_cudnn_sdp(True)
-    text = json.dumps(out, indent=1) + "\n"
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text)
-    if os.environ.get("OUT"):
-        Path(os.environ["OUT"], "gpu_attention.json").write_text(text)
-    print(text)
+    write_result(json.dumps(out, indent=1) + "\n", args.out)
 
 
 if __name__ == "__main__":

@@ -123,6 +123,17 @@ def agreement(a, b) -> dict:
             "vqlc_assignment_ami": assignment_ami(assign_a, assign_b)}
 
 
+def write_result(text: str, out: str | Path) -> None:
+    """The result into `out` and, on a lent device machine ($OUT set), into $OUT under the same
+    name, so that it comes back; and printed."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"], out.name).write_text(text)
+    print(text)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda", help="the device checked (default: cuda; cpu for a dry run)")
@@ -155,12 +166,7 @@ def main() -> None:
                       if d["extract_tokens_per_s"] and c["extract_tokens_per_s"] else None,
                       "vqlc_fit": round(c["vqlc_fit_s"] / d["vqlc_fit_s"], 2) if d["vqlc_fit_s"] else None}
     out["wall_s"] = round(time.perf_counter() - t0, 1)
-    text = json.dumps(out, indent=1) + "\n"
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text)
-    if os.environ.get("OUT"):
-        Path(os.environ["OUT"], "gpu_check.json").write_text(text)
-    print(text)
+    write_result(json.dumps(out, indent=1) + "\n", args.out)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "gpu_profile.txt"))
     args = ap.parse_args()
     import torch
-    from latency import inputs_of_length  # beside this script
+    from gpu_check import write_result  # beside this script
+    from latency import inputs_of_length
 
     from vqlc_core.build.run import Run
 
@@ -62,11 +63,7 @@ def main() -> None:
             sort_by="cuda_time_total", row_limit=30, max_name_column_width=70)
         text += "\n\nby host time\n" + tp.key_averages().table(sort_by="self_cpu_time_total", row_limit=25,
                                                                    max_name_column_width=70)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text)
-    if os.environ.get("OUT"):
-        Path(os.environ["OUT"], "gpu_profile.txt").write_text(text)
-    print(text[:3000])
+    write_result(text, args.out)
 
 
 if __name__ == "__main__":
