@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}" TRANSFORMERS_OFFLINE="${TRANSFORMER
 # with, e.g. --seeds 0 1 2 for the README's results); otherwise the build makes or finishes it.
 if [ $# -gt 0 ] || ! .venv/bin/python -c "
 import sys
-from vqlc_core.build.run import cache_dir_default, is_built
+from vqlc_core.pipeline.run import cache_dir_default, is_built
 run = cache_dir_default() / 'runs' / 'default'
 sys.exit(0 if (run / 'manifest.json').exists() and is_built(run) else 1)" 2>/dev/null; then
   .venv/bin/python -m vqlc_core build --preset default "$@"

@@ -24,7 +24,7 @@ OUT = ROOT / "bench" / "results" / "default_build.json"
 def stage_times(run_dir: Path) -> dict:
     """Stage wall times (s) in build order, their sum, the fine-tuning's estimate and time, and the
     classifier's test accuracy, from a built run's folder."""
-    from vqlc_core.build.run import Run
+    from vqlc_core.pipeline.run import Run
 
     run = Run(run_dir)
     stages = run.manifest.data["stages"]

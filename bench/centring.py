@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from vqlc_core.build.run import open_run
+from vqlc_core.pipeline.run import open_run
 from vqlc_core.evaluate.controls import direction_bank, unit_energy
 from vqlc_core.evaluate.evaluation import faithfulness_sentences, train_covariance
 from vqlc_core.explain.attribution import pooled_positions

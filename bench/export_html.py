@@ -83,7 +83,7 @@ def worker(app_root: Path, job: str, run_dir: Path, method: str, out: Path | Non
 def work(job: str, run_dir: Path, method: str, out: Path | None) -> dict:
     """In the worker process: time one export (the run opened, the file written), or store every
     cloud of `method` (the warm state)."""
-    from vqlc_core.build.run import Run
+    from vqlc_core.pipeline.run import Run
     from vqlc_core.views import browse, export_html
 
     t0 = time.perf_counter()

@@ -25,7 +25,7 @@ import pandas as pd
 
 from vqlc_core.base.runio import read_parquet
 from vqlc_core.base.stats import N_BOOT
-from vqlc_core.build.run import open_run
+from vqlc_core.pipeline.run import open_run
 from vqlc_core.evaluate import instrument as ins
 from vqlc_core.evaluate.faithfulness import MATCHED, PREDICTION, SALIENT, group_rng, paired_rows
 

@@ -43,7 +43,7 @@ def main() -> None:
     from latency import inputs_of_length
 
     from vqlc_core.base.hardware import resolve_device
-    from vqlc_core.build.run import Run
+    from vqlc_core.pipeline.run import Run
 
     device = resolve_device(args.device)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)

@@ -52,9 +52,9 @@ def model_source(name: str) -> tuple[str, bool]:
 
 def build_on(device: str, run: str, args, model: str, cache: Path, from_run: Path | None = None):
     """The check's stages built on `device`; from `from_run`'s texts and fine-tuned weights when given."""
-    from vqlc_core.build.config import preset
-    from vqlc_core.build.pipeline import build
-    from vqlc_core.build.run import Run
+    from vqlc_core.pipeline.config import preset
+    from vqlc_core.pipeline.build import build
+    from vqlc_core.pipeline.run import Run
 
     # the CPU's run loads the weights in the dtype the device's did: the same model, another device
     weights = Run(from_run).manifest.data["stages"]["extract"]["weights"]["dtype"] if from_run else None
@@ -78,7 +78,7 @@ def tokens_of(run) -> int:
 def latency(run, device: str, n: int = 30, words: int = 40) -> dict:
     """The explainer's time per 40-word input on `device` (VQLC only), after one warm-up call."""
     from latency import inputs_of_length  # beside this script
-    from vqlc_core.build.run import Run
+    from vqlc_core.pipeline.run import Run
 
     os.environ["VQLC_DEVICE"] = device
     again = Run(run.dir)

@@ -29,7 +29,7 @@ def main() -> None:
     from gpu_check import write_result  # beside this script
     from latency import inputs_of_length
 
-    from vqlc_core.build.run import Run
+    from vqlc_core.pipeline.run import Run
 
     os.environ["VQLC_DEVICE"] = args.device
     run = Run(args.run)

@@ -13,7 +13,7 @@ import time
 import numpy as np
 import torch
 
-from vqlc_core.build.run import open_run
+from vqlc_core.pipeline.run import open_run
 from vqlc_core.explain.attribution import layer_attributions
 
 

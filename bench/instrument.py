@@ -20,7 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from vqlc_core.base.runio import read_parquet, write_parquet  # noqa: E402
-from vqlc_core.build.run import open_run  # noqa: E402
+from vqlc_core.pipeline.run import open_run  # noqa: E402
 from vqlc_core.evaluate import instrument as ins  # noqa: E402
 from vqlc_core.evaluate.evaluation import faithfulness_sentences, train_covariance  # noqa: E402
 

@@ -39,7 +39,7 @@ def main() -> None:
     import numpy as np
     import torch
 
-    from vqlc_core.build.run import Run
+    from vqlc_core.pipeline.run import Run
 
     torch.set_num_threads(a.threads)
     results = []

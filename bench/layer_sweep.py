@@ -22,8 +22,8 @@ import shutil
 import time
 from pathlib import Path
 
-from vqlc_core.build.pipeline import build
-from vqlc_core.build.run import Run
+from vqlc_core.pipeline.build import build
+from vqlc_core.pipeline.run import Run
 from vqlc_core.base.runio import read_json, read_parquet
 from vqlc_core.evaluate.faithfulness import CONTROL, GLOBAL_MEAN, PREDICTION, RANDOM_CONCEPT, SALIENT
 

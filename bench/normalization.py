@@ -27,7 +27,7 @@ def main() -> None:
     import numpy as np
 
     from vqlc_core.methods.metrics import codebook_perplexity, dead_codes
-    from vqlc_core.build.run import Run
+    from vqlc_core.pipeline.run import Run
     from vqlc_core.methods.vqlc import VQLC
 
     results = []

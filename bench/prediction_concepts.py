@@ -63,8 +63,8 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    from vqlc_core.build.run import Run
-    from vqlc_core.build.stage_runs import concept_set_of
+    from vqlc_core.pipeline.run import Run
+    from vqlc_core.pipeline.stage_runs import concept_set_of
     from vqlc_core.evaluate.evaluation import faithfulness_sentences, prediction_concepts, train_covariance
     from vqlc_core.evaluate.faithfulness import MATCHED, PREDICTION, faithfulness, matched_differences
     from vqlc_core.methods.split import SplitConcepts, build_method

@@ -72,7 +72,7 @@ def markdown(rows: list[dict]) -> str:
 
 
 def main() -> None:
-    from vqlc_core.build.run import Run
+    from vqlc_core.pipeline.run import Run
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--run", default="default")

@@ -106,7 +106,7 @@ def main() -> None:
     from vqlc_core.evaluate.faithfulness import (MATCHED, PREDICTION, SALIENT, faithfulness, matched_differences,
                                         summarize_faithfulness)
     from vqlc_core.methods.metrics import assignment_ami
-    from vqlc_core.build.run import Run
+    from vqlc_core.pipeline.run import Run
 
     run = Run(ROOT / "cache" / "runs" / args.run)
     names = args.variants or [*variants(), *REFERENCES]

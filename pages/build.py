@@ -6,10 +6,10 @@ import pandas as pd
 import streamlit as st
 
 import vqlc_ui
-from vqlc_core.build import uploads
-from vqlc_core.build.config import PRESETS, build_command, preset
-from vqlc_core.build.overview import runs_overview
-from vqlc_core.build.run import Run, has_a_method, is_built
+from vqlc_core.pipeline import uploads
+from vqlc_core.pipeline.config import PRESETS, build_command, preset
+from vqlc_core.pipeline.overview import runs_overview
+from vqlc_core.pipeline.run import Run, has_a_method, is_built
 from vqlc_core.data.datasets import file_columns
 from vqlc_core.methods.base import display_name
 
@@ -81,7 +81,7 @@ if st.button(f"Build '{cfg.run}'", type="primary", icon=":material/play_arrow:")
 
     with vqlc_ui.guard(), vqlc_ui.build_messages(lambda m: said.info(vqlc_ui.plain(m))):
         from vqlc_core.base.hardware import torch_threads, usable_cores
-        from vqlc_core.build.pipeline import build
+        from vqlc_core.pipeline.build import build
 
         with torch_threads(usable_cores()):  # the server explains on one thread; a build uses every core
             build(cfg, on_stage=on_stage)

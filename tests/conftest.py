@@ -62,7 +62,7 @@ def run_cli(*args: str, cwd: Path = ROOT) -> tuple[int, str, str]:
     """`vqlc *args` in this process (`cli.main`), as a user's shell runs it from `cwd`: (exit
     status, stdout, stderr). A traceback is not caught: it fails the test. Tests of what only a
     fresh process shows (imports, kills, hangs) use `run_cli_process`."""
-    from vqlc_core.build.cli import main
+    from vqlc_core.pipeline.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.chdir(cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -109,9 +109,9 @@ def mr_texts() -> pd.DataFrame:
 def apptest_run():
     """The small real run (MiniLM, 300 MR sentences, K = 20) in cache/runs/apptest that the
     dashboard tests read; built on first use (about two minutes), then reused."""
-    from vqlc_core.build.config import preset
-    from vqlc_core.build.pipeline import build
-    from vqlc_core.build.run import Run, is_built
+    from vqlc_core.pipeline.config import preset
+    from vqlc_core.pipeline.build import build
+    from vqlc_core.pipeline.run import Run, is_built
 
     cfg = preset("default", run="apptest", limit=300, n_concepts=20, faithfulness_texts=20, cache_dir=CACHE)
     if not (cfg.run_dir / "manifest.json").exists() or not is_built(cfg.run_dir):

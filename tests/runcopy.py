@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from vqlc_core.build.run import Run
+from vqlc_core.pipeline.run import Run
 
 APPTEST_ARGS = ["--limit", "300", "--n-concepts", "20", "--faithfulness-texts", "20"]  # apptest's config
 

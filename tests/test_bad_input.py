@@ -229,7 +229,7 @@ def _cfg(run, **kw):
     ({"methods": ("vqlc", "pca")}, "Unknown method"),
 ])
 def test_building_with_a_bad_config_is_one_sentence(run_copy, kw, phrase):
-    from vqlc_core.build.pipeline import build
+    from vqlc_core.pipeline.build import build
 
     rebuild = kw.pop("rebuild", None)
     with pytest.raises(RunError) as e:
@@ -239,8 +239,8 @@ def test_building_with_a_bad_config_is_one_sentence(run_copy, kw, phrase):
 
 
 def test_a_refused_rebuild_invalidates_nothing(run_copy):
-    from vqlc_core.build.pipeline import build
-    from vqlc_core.build.run import Run
+    from vqlc_core.pipeline.build import build
+    from vqlc_core.pipeline.run import Run
 
     before = json.loads((run_copy.dir / "manifest.json").read_text())["stages"]
     with pytest.raises(RunError, match="has stage 'vqlc' built with --beta 0.25, not 0.5; pass --rebuild vqlc"):
@@ -369,7 +369,7 @@ def test_a_run_name_that_is_not_one_plain_folder_is_refused_before_anything_is_w
 
 def _finetune_none() -> list[str]:
     """`--finetune none` where builds have a fine-tuning stage: these tests need no trained model."""
-    from vqlc_core.build.config import SECTIONS
+    from vqlc_core.pipeline.config import SECTIONS
 
     return ["--finetune", "none"] if "finetune" in SECTIONS else []
 
@@ -394,7 +394,7 @@ FIRST_TRIES = [
 @pytest.mark.parametrize("first, phrase, then", FIRST_TRIES, ids=["wrong text column", "wrong label column",
                                                                   "missing dataset file"])
 def test_a_failed_first_build_does_not_lock_its_name(tmp_path, first, phrase, then):
-    from vqlc_core.build.run import Run
+    from vqlc_core.pipeline.run import Run
 
     cache = _scratch_cache(tmp_path)
     (tmp_path / "s.csv").write_text(REVIEWS_CSV)
@@ -455,7 +455,7 @@ def test_rebuilding_a_stage_from_the_command_line_keeps_the_runs_own_settings(ap
     r = run_cli("build", "--run", "copy", "--cache-dir", str(cache), "--rebuild", "maps")
     assert r.returncode == 0, r.stderr
     assert (copy.dir / "methods" / "vqlc" / "map.parquet").stat().st_mtime_ns != stamp  # drawn again
-    from vqlc_core.build.run import Run
+    from vqlc_core.pipeline.run import Run
 
     again = Run(copy.dir)
     assert again.is_built() and again.cfg.flat()["n_concepts"] == 20 and again.cfg.flat()["limit"] == 300

@@ -13,7 +13,7 @@ from tests.conftest import ROOT
 
 PKG = ROOT / "vqlc_core"
 # Lowest first: a module may import its own subpackage and the ones before it, never one after.
-LAYERS = ("base", "data", "methods", "explain", "evaluate", "llm", "views", "build")
+LAYERS = ("base", "data", "methods", "explain", "evaluate", "llm", "views", "pipeline")
 MAX_LINES = 350
 
 
@@ -102,7 +102,7 @@ def test_no_private_name_is_imported_from_another_module():
 # The one module whose vqlc_core imports may sit inside functions: the command line parses with the
 # settings alone and imports a command's implementation in the function that runs it, so `--help`
 # imports no torch. Those imports still point down the layers and count for the cycle check.
-LAZY_IMPORTERS = ("vqlc_core.build.cli",)
+LAZY_IMPORTERS = ("vqlc_core.pipeline.cli",)
 
 
 def test_package_imports_sit_at_module_level():
@@ -114,9 +114,9 @@ def test_package_imports_sit_at_module_level():
 def test_the_command_line_imports_implementations_inside_functions_only_downwards():
     """cli's function-level imports (the commands' implementations) are there and, like every
     import, point down the layers (`test_imports_point_down_the_layers_only` reads them too)."""
-    cli = "vqlc_core.build.cli"
+    cli = "vqlc_core.pipeline.cli"
     inner = {t for t, _, top in _imports(cli, _modules()[cli]) if not top}
-    assert "vqlc_core.build.pipeline" in inner and "vqlc_core.build.run" in inner
+    assert "vqlc_core.pipeline.build" in inner and "vqlc_core.pipeline.run" in inner
     assert all(_layer(t) <= _layer(cli) for t in inner)
 
 
@@ -129,15 +129,15 @@ def test_module_is_at_most_350_lines(path):
 def test_the_checks_catch_an_upward_import_and_a_cycle(tmp_path, monkeypatch):
     """The walker itself: a fake package with an upward edge and a cycle is caught."""
     pkg = tmp_path / "vqlc_core"
-    for sub in ("base", "build"):
+    for sub in ("base", "pipeline"):
         (pkg / sub).mkdir(parents=True)
         (pkg / sub / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
-    (pkg / "base" / "a.py").write_text("from vqlc_core.build import b\n")
-    (pkg / "build" / "b.py").write_text("from vqlc_core.base.a import x\n")
+    (pkg / "base" / "a.py").write_text("from vqlc_core.pipeline import b\n")
+    (pkg / "pipeline" / "b.py").write_text("from vqlc_core.base.a import x\n")
     monkeypatch.setattr(__import__(__name__, fromlist=["x"]), "PKG", pkg)
     monkeypatch.setattr(__import__(__name__, fromlist=["x"]), "ROOT", tmp_path)
-    with pytest.raises(AssertionError, match="vqlc_core.base.a -> vqlc_core.build.b"):
+    with pytest.raises(AssertionError, match="vqlc_core.base.a -> vqlc_core.pipeline.b"):
         test_imports_point_down_the_layers_only()
     with pytest.raises(AssertionError, match="import cycles"):
         test_the_import_graph_has_no_cycle(pkg)

@@ -11,7 +11,7 @@ The public API, for a notebook (the README's "From Python" runs it in the tests)
     run.concepts("vqlc").summary                 # a ConceptSet: sizes, top words, purity
     vq.VQLC(n_concepts=400).fit(X).predict(X)    # the estimators also take an (N, d) array
 
-The package is layered, lowest first: base, data, methods, explain, evaluate, llm, views, build
+The package is layered, lowest first: base, data, methods, explain, evaluate, llm, views, pipeline
 (a module imports only its own layer and the ones below it).
 """
 
@@ -21,9 +21,9 @@ import importlib
 # scikit-learn's root does), so `import vqlc_core` loads no torch, scikit-learn or plotly.
 _HOMES = {
     "CorruptStage": "base.runio", "RunError": "base.runio",
-    "PRESETS": "build.config", "BuildConfig": "build.config", "preset": "build.config",
-    "build": "build.pipeline",
-    "Run": "build.run", "list_runs": "build.run", "open_run": "build.run",
+    "PRESETS": "pipeline.config", "BuildConfig": "pipeline.config", "preset": "pipeline.config",
+    "build": "pipeline.build",
+    "Run": "pipeline.run", "list_runs": "pipeline.run", "open_run": "pipeline.run",
     "Backbone": "data.backbone", "capture": "data.backbone",
     "ablate": "explain.ablation",
     "Explainer": "explain.explainer",

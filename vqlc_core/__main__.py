@@ -1,5 +1,5 @@
 """`python -m vqlc_core ...`: the command line (`build/cli.py`)."""
 
-from vqlc_core.build.cli import main
+from vqlc_core.pipeline.cli import main
 
 raise SystemExit(main())

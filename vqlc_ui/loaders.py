@@ -13,7 +13,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from vqlc_core.build.run import Run, cache_dir_default, default_run, is_built, list_runs
+from vqlc_core.pipeline.run import Run, cache_dir_default, default_run, is_built, list_runs
 from vqlc_core.evaluate import instrument, tables
 
 

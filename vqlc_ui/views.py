@@ -11,7 +11,7 @@ import plotly.express as px
 import streamlit as st
 
 from vqlc_core.views import browse
-from vqlc_core.build.run import Run
+from vqlc_core.pipeline.run import Run
 
 from . import share
 from vqlc_core.evaluate.features import activation_html

@@ -17,10 +17,10 @@ from vqlc_core.views import browse
 from vqlc_core.views.browse import EXAMPLE  # the pages open on it; the build explains it ahead
 from vqlc_core.data.inputs import clean_input
 from vqlc_core.views.pins import add_pin, load_pins
-from vqlc_core.build.run import Run, default_run, list_runs
+from vqlc_core.pipeline.run import Run, default_run, list_runs
 from vqlc_core.base.hardware import torch_threads, usable_cores
 from vqlc_core.base.runio import CorruptStage, RunError
-from vqlc_core.build.run import unfinished_message
+from vqlc_core.pipeline.run import unfinished_message
 
 from . import loaders, share, tags
 
@@ -63,7 +63,7 @@ def rebuild_button(run_dir: Path, stage: str) -> None:
     """Offer to build `stage` of the run and every stage after it again, with a progress bar."""
     if not st.button(f"Rebuild '{stage}'", key=f"rebuild_{stage}", type="primary", icon=":material/build:"):
         return
-    from vqlc_core.build.pipeline import build
+    from vqlc_core.pipeline.build import build
 
     run_dir = Path(run_dir)
     bar = st.progress(0.0, text="starting")

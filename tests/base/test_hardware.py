@@ -11,7 +11,7 @@ import torch
 
 from vqlc_core.base.hardware import check_device_name, resolve_device, smaller_batch
 from vqlc_core.base.runio import RunError, SourceError, read_json
-from vqlc_core.build.cli import main
+from vqlc_core.pipeline.cli import main
 from vqlc_core.data.models import GB, check_fits, choose_weights, parameter_count, resolve_model, weights_bytes
 
 CACHE = Path(__file__).resolve().parents[2] / "cache"
@@ -87,8 +87,8 @@ def test_the_apptest_run_builds_end_to_end_with_bfloat16_compute_and_with_bfloat
     bfloat16, and a frozen MiniLM loaded in bfloat16 (--weights bfloat16): both finish every
     stage, record how their weights were loaded, and give concepts and a classifier that beats
     chance."""
-    from vqlc_core.build.config import preset
-    from vqlc_core.build.pipeline import build
+    from vqlc_core.pipeline.config import preset
+    from vqlc_core.pipeline.build import build
 
     cache = CACHE / "test_device"
     shutil.rmtree(cache, ignore_errors=True)
@@ -115,7 +115,7 @@ def test_the_apptest_run_builds_end_to_end_with_bfloat16_compute_and_with_bfloat
             cs = run.concepts("vqlc")
             assert cs.n_concepts >= 20 and len(np.unique(cs.assignments)) > 10 and np.isfinite(run.store.read(np.arange(50))).all()
             # the dashboard's explainer on the run as it is opened again, on this machine's device
-            from vqlc_core.build.run import open_run
+            from vqlc_core.pipeline.run import open_run
 
             again = open_run(name, cache_dir=cache)
             ex = again.explainer(["vqlc"]).explain("a gripping and beautifully acted film")

@@ -15,8 +15,8 @@ from streamlit.testing.v1 import AppTest
 
 from tests.conftest import ROOT
 from tests.runcopy import APPTEST_ARGS, sealed_copy
-from vqlc_core.build.pipeline import build
-from vqlc_core.build.run import Run
+from vqlc_core.pipeline.build import build
+from vqlc_core.pipeline.run import Run
 from vqlc_core.base.runio import CorruptStage
 
 

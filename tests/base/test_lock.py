@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import ROOT
 from vqlc_core.base.lock import lock_path, run_lock
 from vqlc_core.base.runio import RunError
-from vqlc_core.build.cli import main
+from vqlc_core.pipeline.cli import main
 
 # the smallest real build: MiniLM frozen on 60 MR sentences, texts and extraction only
 ARGS = ["extract", "--limit", "60", "--finetune", "none", "--max-length", "32"]

@@ -17,7 +17,7 @@ from tests.conftest import ROOT
 from tests.runcopy import linked_copy
 from vqlc_core.views import browse, export_html
 from vqlc_core.llm import judge_results, labels, runfacts
-from vqlc_core.build.run import Run
+from vqlc_core.pipeline.run import Run
 from vqlc_core.base.runio import RunError
 from vqlc_ui import plain
 from vqlc_core.methods.concepts import is_prediction_concept

@@ -14,9 +14,9 @@ from streamlit.testing.v1 import AppTest
 
 from tests.conftest import ROOT
 from vqlc_core.base.options import opt
-from vqlc_core.build import cli
-from vqlc_core.build.pipeline import build
-from vqlc_core.build.run import Run
+from vqlc_core.pipeline import cli
+from vqlc_core.pipeline.build import build
+from vqlc_core.pipeline.run import Run
 from vqlc_core.evaluate.tables import run_tables
 from vqlc_core.methods.base import ConceptMethod, softmax_neg_distances
 from vqlc_core.methods.registry import REGISTRY

@@ -3,7 +3,7 @@ import pytest
 
 from vqlc_core.methods.kmeans import KMeansConcepts
 from vqlc_core.methods.lacoat import LACOAT
-from vqlc_core.build.config import MethodsConfig
+from vqlc_core.pipeline.config import MethodsConfig
 from vqlc_core.methods.base import ConceptMethod, PeakMemory, softmax_neg_distances
 from vqlc_core.methods.registry import DEFAULT_METHODS, OPTIONS, REGISTRY, method_class, method_names, method_options
 from vqlc_core.base.runio import RunError

@@ -19,7 +19,7 @@ from vqlc_core.explain.ablation import ablate
 from vqlc_core.data.backbone import capture
 from vqlc_core.base.checkpoint import CHECKPOINT_FILE, read_meta
 from vqlc_core.methods.concepts import ConceptSet
-from vqlc_core.build.config import MethodsConfig
+from vqlc_core.pipeline.config import MethodsConfig
 from vqlc_core.methods.metrics import R2Accumulator
 from vqlc_core.base.runio import RunError
 from vqlc_core.methods.sae import SAEConcepts
@@ -139,7 +139,7 @@ def test_a_features_contexts_give_its_activation_on_every_word_of_the_sentence(a
 _KILLED_FIT = """
 import json, sys, torch
 torch.set_num_threads(1)
-from vqlc_core.build.run import Run
+from vqlc_core.pipeline.run import Run
 from vqlc_core.methods.sae import SAEConcepts
 import numpy as np
 run = Run(sys.argv[1])
@@ -240,7 +240,7 @@ def sae_run(apptest_run, tmp_path_factory):
     """A private copy of the apptest run with a small SAE built into it, and its evaluation and
     maps again."""
     from tests.runcopy import sealed_copy
-    from vqlc_core.build.pipeline import build
+    from vqlc_core.pipeline.build import build
 
     run = sealed_copy(apptest_run.dir, tmp_path_factory.mktemp("cache"))
     cfg = run.rebuild_config().replace(methods=("vqlc", "kmeans", "lacoat", "sae"), sae_latents=128, sae_k=4)

@@ -114,7 +114,7 @@ def test_the_number_shown_on_the_apptest_run_is_a_probability_calibrated_on_dev(
 
 
 def test_every_method_builds_its_prediction_set_with_the_prediction_concepts_asked(tmp_path):
-    from vqlc_core.build.config import MethodsConfig
+    from vqlc_core.pipeline.config import MethodsConfig
     from vqlc_core.methods.split import build_method
 
     mcfg = MethodsConfig.of(n_concepts=30, prediction_concepts=8, sae_latents=64, sae_k=16)

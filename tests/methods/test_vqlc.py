@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from vqlc_core.base.checkpoint import CHECKPOINT_FILE
-from vqlc_core.build.config import MethodsConfig
+from vqlc_core.pipeline.config import MethodsConfig
 from vqlc_core.methods.metrics import vqlc_measures
 from vqlc_core.base.runio import RunError
 from vqlc_core.data.store import ArrayStore

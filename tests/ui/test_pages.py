@@ -17,7 +17,7 @@ from streamlit.testing.v1 import AppTest
 
 from tests.conftest import ROOT
 from vqlc_core.views import report
-from vqlc_core.build.run import FORMAT_VERSION
+from vqlc_core.pipeline.run import FORMAT_VERSION
 from vqlc_core.evaluate.faithfulness import MATCHED, PREDICTION
 from vqlc_ui import serve
 
@@ -257,7 +257,7 @@ def test_a_broken_run_is_one_sentence_not_a_traceback(tmp_path, monkeypatch):
 
 def _parsed(command: str):
     """The configuration the command line builds from `command` (`vqlc build ...`)."""
-    from vqlc_core.build.cli import config_from_args, parser
+    from vqlc_core.pipeline.cli import config_from_args, parser
 
     words = shlex.split(command)
     assert words[:2] == ["vqlc", "build"], command
@@ -273,8 +273,8 @@ def _parsed(command: str):
                  "methods": ("vqlc", "kmeans"), "seed": 3, "vqlc_beta": 0.5, "cache_dir": "/tmp/a cache"}),
 ])
 def test_the_suggested_build_command_carries_the_runs_own_settings(monkeypatch, name, kw):
-    from vqlc_core.build.config import build_command
-    from vqlc_core.build.config import preset
+    from vqlc_core.pipeline.config import build_command
+    from vqlc_core.pipeline.config import preset
 
     monkeypatch.delenv("VQLC_CACHE_DIR", raising=False)
     cfg = preset(name, **kw)
@@ -309,7 +309,7 @@ def _no_classifier_yet(cache, request):
                          ids=["first build killed", "no classifier yet"])
 def test_a_run_with_no_concept_method_is_listed_on_the_build_page_only(request, tmp_path, monkeypatch, make):
     from tests.runcopy import linked_copy
-    from vqlc_core.build.run import Run
+    from vqlc_core.pipeline.run import Run
 
     run_dir = make(tmp_path, request)
     monkeypatch.setenv("VQLC_CACHE_DIR", str(tmp_path))

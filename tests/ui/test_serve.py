@@ -35,7 +35,7 @@ def test_preload_imports_what_the_pages_import_and_leaves_pages_folder_mode():
         serve.preload()
         from streamlit.runtime.pages_manager import PagesManager
         wanted = ["torch", "sklearn", "pandas", "pyarrow.parquet", "plotly.express", "transformers.modeling_utils",
-                  "vqlc_ui", "vqlc_core.build.run", "vqlc_core.views.maps", "vqlc_core.views.charts",
+                  "vqlc_ui", "vqlc_core.pipeline.run", "vqlc_core.views.maps", "vqlc_core.views.charts",
                   "vqlc_core.views.judging", "vqlc_core.views.report", "vqlc_core.views.export_html",
                   "vqlc_core.evaluate.tables", "vqlc_core.evaluate.sae_compare", "streamlit.emojis"]
         print("missing", [m for m in wanted if m not in sys.modules])

@@ -196,7 +196,7 @@ def test_cost_table_of_no_methods_is_empty_with_its_columns():
 
 def test_the_build_stores_the_example_explanation_that_the_explainer_gives_live(apptest_run, tmp_path):
     from tests.runcopy import sealed_copy
-    from vqlc_core.build.stage_runs import stage_maps
+    from vqlc_core.pipeline.stage_runs import stage_maps
     from vqlc_core.views.wordclouds import cloud_path
 
     run = sealed_copy(apptest_run.dir, tmp_path)

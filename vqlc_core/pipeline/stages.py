@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from vqlc_core.base.runio import RunError
-from vqlc_core.build.config import SECTIONS, section_fields
+from vqlc_core.pipeline.config import SECTIONS, section_fields
 from vqlc_core.methods.registry import method_names, option_names
 
 
@@ -33,7 +33,7 @@ class Stage:
     def function(self) -> Callable:
         """What the stage does: its function in `stage_runs`, imported now (the registry itself
         imports no stage's code, so the command line parses without torch)."""
-        return getattr(importlib.import_module("vqlc_core.build.stage_runs"), self.run)
+        return getattr(importlib.import_module("vqlc_core.pipeline.stage_runs"), self.run)
 
 
 # --- the registry, in build order --------------------------------------------------------------

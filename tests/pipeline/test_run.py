@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from vqlc_core.build.config import BuildConfig
-from vqlc_core.build.run import FORMAT_VERSION, Run, cache_dir_default, default_run, is_built, list_runs
-from vqlc_core.build.stages import stage_names
+from vqlc_core.pipeline.config import BuildConfig
+from vqlc_core.pipeline.run import FORMAT_VERSION, Run, cache_dir_default, default_run, is_built, list_runs
+from vqlc_core.pipeline.stages import stage_names
 
 KMEANS = ("kmeans",)
 

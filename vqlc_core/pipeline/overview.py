@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 
 from vqlc_core.base.runio import read_json
-from vqlc_core.build.run import list_runs
-from vqlc_core.build.stages import stage_names
+from vqlc_core.pipeline.run import list_runs
+from vqlc_core.pipeline.stages import stage_names
 
 
 def runs_overview(cache_dir: str | Path | None = None):

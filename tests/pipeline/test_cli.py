@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT, run_cli
-from vqlc_core.build.cli import parser
+from vqlc_core.pipeline.cli import parser
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from vqlc_core.build.config import PRESETS, BuildConfig, flag_of, preset
+from vqlc_core.pipeline.config import PRESETS, BuildConfig, flag_of, preset
 from vqlc_core.base.runio import RunError
 
 
@@ -84,7 +84,7 @@ def test_the_number_of_ig_steps_is_written_once_in_explain_settings():
     import inspect
 
     from tests.conftest import ROOT
-    from vqlc_core.build.config import EvalConfig
+    from vqlc_core.pipeline.config import EvalConfig
     from vqlc_core.explain.attribution import layer_attributions
     from vqlc_core.explain.explainer import Explainer
     from vqlc_core.explain.settings import IG_STEPS

@@ -26,8 +26,8 @@ from pathlib import Path
 from vqlc_core.base import distributed
 from vqlc_core.base.options import field_default, field_flag
 from vqlc_core.base.runio import RunError, check_run_name, read_json
-from vqlc_core.build.config import PRESETS, SECTIONS, BuildConfig, preset, section_fields
-from vqlc_core.build.stages import stage_names, stage_reads, stages_needed
+from vqlc_core.pipeline.config import PRESETS, SECTIONS, BuildConfig, preset, section_fields
+from vqlc_core.pipeline.stages import stage_names, stage_reads, stages_needed
 from vqlc_core.llm.settings import JudgeConfig, LabelConfig
 
 log = logging.getLogger("vqlc_core")
@@ -154,7 +154,7 @@ def parser() -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> BuildConfig:
     """The preset with the options given on the command line; cache_dir from $VQLC_CACHE_DIR
     when not given."""
-    from vqlc_core.build.run import Run, cache_dir_default
+    from vqlc_core.pipeline.run import Run, cache_dir_default
 
     skip = {"command", "preset", "force", "rebuild", "verbose"}
     overrides = {k: v for k, v in vars(args).items() if k not in skip}
@@ -170,7 +170,7 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
 
 def _run_dir(args: argparse.Namespace, name: str | None = None) -> Path:
     """The folder of run `name` (default: --run) in --cache-dir (default: $VQLC_CACHE_DIR or cache)."""
-    from vqlc_core.build.run import cache_dir_default
+    from vqlc_core.pipeline.run import cache_dir_default
 
     return (args.cache_dir or cache_dir_default()) / "runs" / check_run_name(name or args.run)
 
@@ -225,7 +225,7 @@ def _add_llm_commands(sub) -> None:
 
 
 def _list_runs(cache_dir: Path | None) -> int:
-    from vqlc_core.build.run import cache_dir_default, list_runs
+    from vqlc_core.pipeline.run import cache_dir_default, list_runs
 
     runs = list_runs(cache_dir)
     if not runs:
@@ -242,7 +242,7 @@ def _list_runs(cache_dir: Path | None) -> int:
 def _export_html(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
-    from vqlc_core.build.run import Run
+    from vqlc_core.pipeline.run import Run
     from vqlc_core.views import export_html
 
     run_dir = _run_dir(args)
@@ -268,7 +268,7 @@ def _export_html(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from vqlc_core.build.run import Run
+    from vqlc_core.pipeline.run import Run
     from vqlc_core.evaluate.tables import compare_table, run_tables
     from vqlc_core.evaluate.tag_alignment import ALIGN_THRESHOLD
 
@@ -312,13 +312,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "export-html":
             return _export_html(args)
         if args.command == "sae-compare":
-            from vqlc_core.build.run import Run
+            from vqlc_core.pipeline.run import Run
             from vqlc_core.evaluate import sae_compare
 
             print(sae_compare.command(Run(_run_dir(args))), end="")
             return 0
         if args.command in ("judge", "label"):
-            from vqlc_core.build.run import Run
+            from vqlc_core.pipeline.run import Run
             from vqlc_core.llm import judge, labelling
 
             run = Run(_run_dir(args))
@@ -326,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
             settings = JudgeConfig if args.command == "judge" else LabelConfig
             print(module.command(run, settings(**{f.name: getattr(args, f.name) for f in fields(settings)})), end="")
             return 0
-        from vqlc_core.build.pipeline import build
+        from vqlc_core.pipeline.build import build
 
         cfg = config_from_args(args)
         distributed.init()  # under torchrun: join the process group; one process: nothing

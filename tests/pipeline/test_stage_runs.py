@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from tests.conftest import CACHE
-from vqlc_core.build.config import preset
-from vqlc_core.build.pipeline import build
-from vqlc_core.build.run import Run
+from vqlc_core.pipeline.config import preset
+from vqlc_core.pipeline.build import build
+from vqlc_core.pipeline.run import Run
 from vqlc_core.base.runio import RunError
 
 pytestmark = pytest.mark.slow
@@ -96,7 +96,7 @@ def test_fine_tuning_hyperparameters_of_a_frozen_run_do_not_lock_it(frozen):
 
 
 def test_auto_precision_takes_what_a_finished_stage_was_built_with(apptest_run):
-    from vqlc_core.build.pipeline import check_settings
+    from vqlc_core.pipeline.build import check_settings
     from vqlc_core.data.settings import FinetuneConfig
 
     run = apptest_run

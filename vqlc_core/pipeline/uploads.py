@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 from vqlc_core.base.runio import RunError, atomic_path, check_run_name
-from vqlc_core.build.config import BuildConfig, preset
+from vqlc_core.pipeline.config import BuildConfig, preset
 from vqlc_core.data.datasets import USER_FILE_SUFFIXES
 
 UPLOADS = "uploads"

@@ -17,12 +17,12 @@ from contextlib import nullcontext
 from typing import Callable
 
 from vqlc_core.base import distributed
-from vqlc_core.build.config import BuildConfig, flag_of
-from vqlc_core.build.run import Manifest, Run
+from vqlc_core.pipeline.config import BuildConfig, flag_of
+from vqlc_core.pipeline.run import Manifest, Run
 from vqlc_core.base.hardware import AUTO, resolve_device
 from vqlc_core.base.lock import run_lock
 from vqlc_core.base.runio import RunError, check_run_name
-from vqlc_core.build.stages import stage_names, stage_order, stage_reads
+from vqlc_core.pipeline.stages import stage_names, stage_order, stage_reads
 
 log = logging.getLogger(__name__)
 

@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from vqlc_core.build.config import BuildConfig, build_command
+from vqlc_core.pipeline.config import BuildConfig, build_command
 from vqlc_core.base.runio import (CorruptStage, RunError, check_run_name, library_versions, read_json, read_npy, read_parquet,
                     write_json)
 from vqlc_core.base.hardware import resolve_device
 from vqlc_core.base.integrity import problem, record
-from vqlc_core.build.stages import stage_globs, stage_names
+from vqlc_core.pipeline.stages import stage_globs, stage_names
 from vqlc_core.data.backbone import Backbone
 from vqlc_core.data.classifier import Classifier
 from vqlc_core.data.finetune import load_finetuned

@@ -11,9 +11,9 @@ import pytest
 
 from tests.conftest import CACHE, write_vocab_gguf
 from vqlc_core.base.runio import RunError
-from vqlc_core.build.config import preset
-from vqlc_core.build.pipeline import build
-from vqlc_core.build.run import Run, list_runs
+from vqlc_core.pipeline.config import preset
+from vqlc_core.pipeline.build import build
+from vqlc_core.pipeline.run import Run, list_runs
 
 SMALL = dict(limit=60, n_concepts=5, faithfulness_texts=5)
 

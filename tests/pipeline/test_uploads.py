@@ -1,4 +1,4 @@
-"""A build on an uploaded file (vqlc_core/build/uploads.py), without Streamlit: the file stored
+"""A build on an uploaded file (vqlc_core/pipeline/uploads.py), without Streamlit: the file stored
 once by its content, its columns read and guessed in each format, the build configuration it gives
 (read back as the build reads it) and the one sentence for each thing a user can get wrong."""
 
@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from vqlc_core.base.runio import RunError
-from vqlc_core.build.uploads import UPLOADS, default_run_name, guess_column, save_upload, upload_config
+from vqlc_core.pipeline.uploads import UPLOADS, default_run_name, guess_column, save_upload, upload_config
 from vqlc_core.data.datasets import file_columns, load_dataset
 
 ROWS = pd.DataFrame({"sentence": [f"text number {i} is {'good' if i % 2 else 'bad'}" for i in range(20)],
