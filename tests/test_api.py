@@ -1,4 +1,4 @@
-"""The public Python API: the README's "From Python" block runs as written on a small real run,
+"""The public Python API: the notebook guide's "From Python" blocks run as written on a small real run,
 and `open_run` and `Run.explainer` say what is wrong in one sentence."""
 
 from __future__ import annotations
@@ -13,11 +13,16 @@ from tests.runcopy import linked_copy
 from vqlc_core import RunError, open_run
 
 
+GUIDE = ROOT / "docs" / "guides" / "notebooks.md"
+
+
 def readme_block(i: int = 0) -> str:
-    """The i-th Python block of the README's "From Python" section."""
-    text = (ROOT / "README.md").read_text()
+    """The i-th Python block of the notebook guide's "From Python" section (to the next heading
+    or the page's end)."""
+    text = GUIDE.read_text()
     section = text[text.index("## From Python"):]
-    section = section[:section.index("\n## ", 3)]
+    end = section.find("\n## ", 3)
+    section = section if end < 0 else section[:end]
     return re.findall(r"```python\n(.*?)```", section, re.S)[i]
 
 
@@ -25,7 +30,7 @@ def readme_block(i: int = 0) -> str:
 def test_the_readmes_python_example_runs_on_a_run_named_default(apptest_run, tmp_path, monkeypatch, capsys):
     linked_copy(apptest_run.dir, tmp_path, "default")
     monkeypatch.setenv("VQLC_CACHE_DIR", str(tmp_path))
-    exec(compile(readme_block(), "README.md", "exec"), {})
+    exec(compile(readme_block(), str(GUIDE), "exec"), {})
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[0] in apptest_run.class_names
     assert re.match(r"VQLC prediction concept c\d+: (mostly|mixed) .* p = ", out[1]), out[1]  # named by its members
@@ -37,7 +42,7 @@ def test_the_readmes_python_example_runs_on_a_run_named_default(apptest_run, tmp
 @pytest.mark.slow
 def test_the_readmes_second_block_fits_an_array_with_no_run_and_draws_a_cloud_and_a_map(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("VQLC_CACHE_DIR", str(tmp_path))  # no run anywhere
-    exec(compile(readme_block(1), "README.md", "exec"), {})
+    exec(compile(readme_block(1), str(GUIDE), "exec"), {})
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 6, out
     used = [re.fullmatch(r"(VQLC|K-Means) uses (\d+) concepts", line) for line in out[:2]]

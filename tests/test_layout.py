@@ -178,5 +178,5 @@ def test_the_tests_mirror_the_package():
                  if t.parent != tests and t.stem[len("test_"):] in home and t.parent.name not in home[t.stem[len("test_"):]]]
     assert misplaced == [], f"tests outside their module's folder: {misplaced}"
     assert sorted(t.name for t in tests.glob("test_*.py")) == sorted(
-        ["test_api.py", "test_bad_input.py", "test_layout.py", "test_readme_layout.py", "test_security.py"]), \
+        ["test_api.py", "test_bad_input.py", "test_docs.py", "test_layout.py", "test_security.py"]), \
         "a new test module belongs in the folder of the subpackage it tests"

@@ -1,4 +1,4 @@
-"""The README's Layout section is generated from the tree (`scripts/layout.py`): it is current,
+"""The documentation's layout page (docs/reference/layout.md) is generated from the tree (`scripts/layout.py`): it is current,
 `--check` says in one sentence when it is not, `--write` mends it and touches nothing else, and
 every module of vqlc_core gets its line, the layers in their order."""
 
@@ -24,17 +24,17 @@ def run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, cwd=ROOT, timeout=60)
 
 
-def test_the_readme_layout_is_current():
-    done = run("--check", "README.md")
+def test_the_layout_page_is_current():
+    done = run("--check")
     assert done.returncode == 0, done.stderr
 
 
 def test_a_stale_section_is_one_sentence_and_write_mends_only_it(tmp_path):
-    current = layout.with_layout((ROOT / "README.md").read_text(), layout.layout())
+    current = layout.with_layout(layout.PAGE.read_text(), layout.layout())
     start, end = layout.section(current)
     stale = current[:start] + current[start:end].replace("`vqlc_core/views/maps.py` — ",
                                                           "`vqlc_core/views/maps.py` — Old. ") + current[end:]
-    path = tmp_path / "README.md"
+    path = tmp_path / "layout.md"
     path.write_text(stale)
     done = run("--check", str(path))
     assert done.returncode == 1
@@ -46,8 +46,8 @@ def test_a_stale_section_is_one_sentence_and_write_mends_only_it(tmp_path):
     assert run("--check", str(path)).returncode == 0
 
 
-def test_a_readme_without_markers_is_refused_and_left_alone(tmp_path):
-    path = tmp_path / "README.md"
+def test_a_page_without_markers_is_refused_and_left_alone(tmp_path):
+    path = tmp_path / "layout.md"
     path.write_text("# x\n\n## Layout\n\nby hand\n")
     for flag in ("--check", "--write"):
         done = run(flag, str(path))
