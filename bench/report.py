@@ -238,12 +238,13 @@ def main(argv: list[str] | None = None) -> int:
     stale = [p for p, data in want.items() if not p.exists() or p.read_bytes() != data]
     if check:
         for p in stale:
-            print(f"{p.relative_to(ROOT)} differs from bench/results/; run `python bench/report.py`.", file=sys.stderr)
+            name = p.relative_to(ROOT) if p.is_relative_to(ROOT) else p
+            print(f"{name} differs from bench/results/; run `python bench/report.py`.", file=sys.stderr)
         return 1 if stale else 0
     for p in stale:
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(want[p])
-    print(f"wrote {DOC}")
+    print(f"wrote {DOC}" if stale else f"{DOC} is current")
     return 0
 
 

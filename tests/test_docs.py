@@ -1,10 +1,15 @@
-"""The documentation's layout page (docs/reference/layout.md) is generated from the tree (`scripts/layout.py`): it is current,
+"""The documentation: the generated pages (command and API reference, benchmarks, layout) are what
+their generators write from the code and bench/results/, the site builds with `mkdocs build --strict`
+offline, README.md stays a short front door, and no page speaks of issue numbers or sessions.
+
+The layout page (docs/reference/layout.md) is generated from the tree (`scripts/layout.py`): it is current,
 `--check` says in one sentence when it is not, `--write` mends it and touches nothing else, and
 every module of vqlc_core gets its line, the layers in their order."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -109,3 +114,124 @@ def test_a_small_tree(tmp_path: Path):
         f"- `vqlc_core/zextra/` — {layout.NO_DOCSTRING}",
     ]) + "\n"
     assert layout.missing_docstrings(tmp_path) == ["pages/a.py", "vqlc_core/zextra/"]
+
+
+# ---------------------------------------------------------------- the documentation site and the README
+
+import os  # noqa: E402
+import re  # noqa: E402
+
+
+def _script(name: str, rel: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / rel)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+reference = _script("docs_reference_script", "scripts/docs_reference.py")
+report = _script("bench_report_script", "bench/report.py")
+DOCS = ROOT / "docs"
+
+
+def _generated() -> dict[Path, bytes]:
+    """Every generated page (and plot copied for the site), as its generator writes it now."""
+    out = {p: text.encode() for p, text in reference.pages().items()}
+    out[report.DOC] = report.page().encode()
+    out.update(report.plots())
+    out[layout.PAGE] = layout.with_layout(layout.PAGE.read_text(), layout.layout()).encode()
+    return out
+
+
+def test_every_generated_page_is_what_its_generator_writes_from_the_stored_files():
+    stale = [p.relative_to(ROOT).as_posix() for p, data in _generated().items() if not p.exists() or p.read_bytes() != data]
+    assert stale == [], (f"generated pages edited by hand or out of date: {stale}; run scripts/docs_reference.py, "
+                         f"bench/report.py and scripts/layout.py --write")
+
+
+def test_a_hand_edit_of_the_benchmarks_page_is_found_and_named(tmp_path, monkeypatch, capsys):
+    page = tmp_path / "benchmarks.md"
+    page.write_text(report.DOC.read_text().replace("144.6 ms", "79.4 ms", 1))
+    monkeypatch.setattr(report, "DOC", page)
+    monkeypatch.setattr(report, "PLOTS", DOCS / "bench")
+    assert report.main(["--check"]) == 1
+    assert capsys.readouterr().err.strip().endswith("differs from bench/results/; run `python bench/report.py`.")
+    assert report.main([]) == 0 and report.main(["--check"]) == 0  # rewritten, it is current again
+
+
+def test_the_benchmarks_page_takes_its_figures_from_the_results_not_from_an_edit():
+    latency = json.loads((report.RES / "latency.json").read_text())
+    row = next(r for r in latency if r["run"] == "default" and r["words"] == 40 and r["what"] == "explain")
+    assert f"p95 {row['p95_ms']} ms" in report.DOC.read_text()
+    build = json.loads((report.RES / "default_build.json").read_text())["after"]
+    assert f"{build['all_stages_s']:.1f} s" in report.DOC.read_text()
+
+
+def test_the_command_reference_has_every_command_and_option_of_the_parser():
+    import argparse
+
+    from vqlc_core.pipeline.cli import parser
+
+    text = reference.PAGE.read_text()
+    sub = next(a for a in parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name, p in sub.choices.items():
+        assert f"## `vqlc {name}`" in text, name
+        for action in p._actions:
+            for opt in action.option_strings:
+                if opt not in ("-h", "--help"):
+                    assert f"`{opt}`" in text, (name, opt)
+
+
+READER_FILES = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
+# Words a reader of the project cannot place: the tracker's numbers and the machinery's sessions and machine.
+NOT_FOR_READERS = re.compile(r"\bissues? #?\d+|(?<![\w/])#\d+\b|\bsessions?\b|\bthis machine\b", re.I)
+
+
+@pytest.mark.parametrize("path", READER_FILES, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_no_issue_numbers_sessions_or_this_machine_for_readers(path):
+    found = [f"{n}: {m.group(0)!r}" for n, line in enumerate(path.read_text().splitlines(), 1)
+             for m in NOT_FOR_READERS.finditer(line)]
+    assert found == [], found
+
+
+def test_the_readme_is_short_and_its_four_paths_come_early():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 200
+    for path in ("See the dashboard", "Your own data", "From a notebook", "On a GPU or a cluster"):
+        at = next((n for n, line in enumerate(lines, 1) if line.startswith(f"**{path}.**")), None)
+        assert at is not None and at <= 60, (path, at)
+        block = "\n".join(lines[at - 1:at + 12])
+        assert "](docs/" in block and "```" in block, path  # a link into the site and a command
+
+
+def test_every_relative_link_of_the_readme_and_the_pages_exists():
+    missing = []
+    for path in READER_FILES:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", path.read_text()):
+            if "://" not in target and not (path.parent / target).exists():
+                missing.append(f"{path.relative_to(ROOT)} -> {target}")
+    assert missing == []
+
+
+def test_the_site_builds_strictly_and_offline(tmp_path):
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9"}
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    page = (tmp_path / "site" / "reference" / "api.html").read_text()
+    assert 'id="vqlc_core.pipeline.run.open_run"' in page and "cache_dir" in page  # the docstring, rendered
+    home = (tmp_path / "site" / "index.html").read_text()
+    assert "fonts.googleapis" not in home and "fonts.gstatic" not in home  # nothing fetched when a reader opens it
+
+
+@pytest.mark.slow
+def test_the_readmes_notebook_lines_run_on_a_run_named_default(apptest_run, tmp_path, monkeypatch, capsys):
+    from tests.runcopy import linked_copy
+
+    text = (ROOT / "README.md").read_text()
+    code = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(code) == 1
+    linked_copy(apptest_run.dir, tmp_path, "default")
+    monkeypatch.setenv("VQLC_CACHE_DIR", str(tmp_path))
+    exec(compile(code[0], "README.md", "exec"), {})
+    assert capsys.readouterr().out.strip() in apptest_run.class_names

@@ -1,4 +1,4 @@
-"""What this machine computes fast: whether the CPU does bf16 arithmetic natively (AVX-512 BF16
+"""What the machine it runs on computes fast: whether the CPU does bf16 arithmetic natively (AVX-512 BF16
 or AMX), and so which precision an "auto" setting means.
 
 Where bf16 is emulated (AVX2 or AVX-512 without BF16) a bf16 autocast forward and backward is

@@ -1,4 +1,4 @@
-"""Explanations for many sessions of one dashboard server: dynamic batching, first come first
+"""Explanations for many users of one dashboard server: dynamic batching, first come first
 served.
 
 Every session's explanation or ablation goes into one FIFO queue; one worker thread takes what
