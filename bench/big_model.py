@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from results_io import write_result  # noqa: E402  (bench/ is on sys.path when a bench runs)
 
 ROOT = Path(__file__).resolve().parents[1]
 GB = 1024**3
@@ -271,7 +272,7 @@ def main() -> None:
         if not args.keep:
             shutil.rmtree(model_dir, ignore_errors=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
+    write_result(Path(args.out), results)
     print(json.dumps(results, indent=1))
 
 

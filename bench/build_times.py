@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from results_io import write_result  # noqa: E402  (bench/ is on sys.path when a bench runs)
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "results" / "default_build.json"
@@ -49,7 +50,8 @@ def main() -> None:
     saved = json.loads(OUT.read_text()) if OUT.exists() else {}
     saved[a.label] = {**stage_times(run_dir), "command": a.command, "note": a.note}
     OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(saved, indent=1) + "\n")
+    saved.pop("provenance", None)
+    write_result(OUT, saved)
     print(json.dumps(saved[a.label], indent=1))
 
 

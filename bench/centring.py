@@ -113,8 +113,9 @@ def main(argv=None) -> None:
                      + f" | {r['energy']:.3f} |")
     out = ROOT / "bench" / "results"
     (out / f"centring_{args.run}.md").write_text("\n".join(lines) + "\n")
-    (out / f"centring_{args.run}.json").write_text(json.dumps({"all": both.to_dict("records"),
-                                                               "by_class": per.to_dict("records")}, indent=1))
+    from results_io import write_result
+
+    write_result(out / f"centring_{args.run}.json", {"all": both.to_dict("records"), "by_class": per.to_dict("records")})
     print("\n".join(lines))
 
 

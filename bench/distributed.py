@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from results_io import write_result  # noqa: E402  (bench/ is on sys.path when a bench runs)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,7 +80,7 @@ def main() -> None:
     report = {"machine_cpus": os.cpu_count(), "note": "CPU, gloo; the machine is shared, so figures are noisy",
               "results": results}
     dest = ROOT / "bench" / "results" / "distributed.json"
-    dest.write_text(json.dumps(report, indent=2) + "\n")
+    write_result(dest, report, indent=2)
     print(f"wrote {dest}")
 
 

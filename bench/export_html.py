@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from dashboard_server import ARGS, CHROMIUM  # bench/ is on the path: the script's folder, or pytest's pythonpath
+from results_io import write_result  # noqa: E402  (bench/ is on sys.path when a bench runs)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -145,7 +146,7 @@ def main() -> None:
         if not args.no_open:
             result["open"] = open_times(path)
     print(json.dumps(result, indent=2))
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(RESULTS, result, indent=2)
 
 
 if __name__ == "__main__":

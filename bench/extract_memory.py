@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from results_io import write_result  # noqa: E402  (bench/ is on sys.path when a bench runs)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,7 +67,7 @@ def main() -> None:
             results.append(json.loads(p.stdout.strip().splitlines()[-1]))
             print(results[-1])
     (ROOT / "bench" / "results").mkdir(parents=True, exist_ok=True)
-    (ROOT / "bench" / "results" / "extract_memory.json").write_text(json.dumps(results, indent=2))
+    write_result(ROOT / "bench" / "results" / "extract_memory.json", results, indent=2)
     if len(results) > 1:
         print(f"peak RSS ratio {results[-1]['n_texts']}/{results[0]['n_texts']} texts: "
               f"{results[-1]['peak_rss_mb'] / results[0]['peak_rss_mb']:.3f}")

@@ -17,6 +17,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from results_io import write_result  # noqa: E402  (bench/ is on sys.path when a bench runs)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -111,7 +112,7 @@ def main() -> None:
                 r["speedup_vs_naive_fp32"] = round(r["tokens_per_s"] / base["tokens_per_s"], 2)
         del bb
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "extraction.json").write_text(json.dumps(results, indent=2))
+    write_result(RESULTS / "extraction.json", results, indent=2)
     lines = ["| model | variant | tokens/s | × naive fp32 | mean cosine to naive fp32 | min cosine |",
              "|---|---|---:|---:|---:|---:|"]
     lines += [f"| {r['model']} | {r['variant']} | {r['tokens_per_s']:.0f} | {r['speedup_vs_naive_fp32']:.2f} | "

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from vqlc_core.base.hardware import resolve_dtype
+from results_io import write_result  # noqa: E402  (bench/ is on sys.path when a bench runs)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -181,7 +182,7 @@ def main() -> None:
         out["estimate"]["movies sentences (10,000 texts, --dataset movies --limit 10000)"] = {**capped,
                                                        "whole fine-tuning": whole_estimate(big, capped["s_per_char"])}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "finetune_throughput.json").write_text(json.dumps(out, indent=2) + "\n")
+    write_result(RESULTS / "finetune_throughput.json", out, indent=2)
     print(json.dumps(out, indent=2))
 
 

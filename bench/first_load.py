@@ -26,6 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 from dashboard_server import ARGS, CHROMIUM, launcher, serve  # noqa: E402
+from results_io import write_result  # noqa: E402  (bench/ is on sys.path when a bench runs)
 
 RESULTS = ROOT / "bench" / "results" / "first_load.json"
 # page path -> the start of its title (a page whose title names the method ends in it)
@@ -106,7 +107,7 @@ def main() -> None:
            "repeats": args.repeats, "served_with": {v or "current": " ".join(launcher(r)) for v, r in versions.items()},
            **({"baseline": str(args.baseline)} if args.baseline else {}), "pages": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=2) + "\n")
+    write_result(args.out, out, indent=2)
     print(f"wrote {args.out}")
 
 

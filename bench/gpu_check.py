@@ -125,12 +125,18 @@ def agreement(a, b) -> dict:
 
 def write_result(text: str, out: str | Path) -> None:
     """The result into `out` and, on a lent device machine ($OUT set), into $OUT under the same
-    name, so that it comes back; and printed."""
+    name, so that it comes back; and printed. A JSON result goes through `results_io.write_result`,
+    which records its commit, date, machine and command."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    if os.environ.get("OUT"):
-        Path(os.environ["OUT"], out.name).write_text(text)
+    if out.suffix == ".json":
+        from results_io import write_result as write_json
+
+        write_json(out, json.loads(text))
+    else:
+        out.write_text(text)
+        if os.environ.get("OUT"):
+            Path(os.environ["OUT"], out.name).write_text(text)
     print(text)
 
 

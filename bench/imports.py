@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from results_io import write_result  # noqa: E402  (bench/ is on sys.path when a bench runs)
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "sklearn", "scipy", "plotly", "pandas", "transformers")
@@ -56,7 +57,7 @@ def main() -> None:
             "runs_s": [round(x, 3) for x in t], "heavy_imports": loaded(checkouts[c], COMMANDS[k])}
            for (c, k), t in times.items()]
     (ROOT / "bench" / "results").mkdir(parents=True, exist_ok=True)
-    (ROOT / "bench" / "results" / "imports.json").write_text(json.dumps(out, indent=1) + "\n")
+    write_result(ROOT / "bench" / "results" / "imports.json", out)
     for r in out:
         print(f"{r['checkout']:9s} {r['command']:17s} median {r['median_s']:.2f} s  heavy: {', '.join(r['heavy_imports']) or 'none'}")
 

@@ -13,6 +13,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from results_io import write_result  # noqa: E402  (bench/ is on sys.path when a bench runs)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -71,7 +72,7 @@ def main() -> None:
                                 "p95_ms": round(float(np.percentile(t, 95)), 1)})
                 print(json.dumps(results[-1]), flush=True)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "latency.json").write_text(json.dumps(results, indent=2))
+    write_result(RESULTS / "latency.json", results, indent=2)
     lines = ["| run | model | words | call | p50 (ms) | p95 (ms) |", "|---|---|---:|---|---:|---:|"]
     lines += [f"| {r['run']} | {r['model']} | {r['words']} | {r['what']} | {r['p50_ms']} | {r['p95_ms']} |"
               for r in results]

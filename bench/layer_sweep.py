@@ -26,6 +26,7 @@ from vqlc_core.pipeline.build import build
 from vqlc_core.pipeline.run import Run
 from vqlc_core.base.runio import read_json, read_parquet
 from vqlc_core.evaluate.faithfulness import CONTROL, GLOBAL_MEAN, PREDICTION, RANDOM_CONCEPT, SALIENT
+from results_io import write_result  # noqa: E402  (bench/ is on sys.path when a bench runs)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -134,7 +135,7 @@ def main(argv=None) -> None:
     base = Run(Path(args.cache_dir) / "runs" / args.base)
     rows = [r for layer in args.layers for r in rows_of(layer_run(base, layer, args.methods), args.methods)]
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "layer_sweep.json").write_text(json.dumps({"base": args.base, "rows": rows}, indent=1))
+    write_result(RESULTS / "layer_sweep.json", {"base": args.base, "rows": rows})
     md = markdown(rows)
     (RESULTS / "layer_sweep.md").write_text(md)
     plot(rows, RESULTS / "layer_sweep.png")

@@ -34,6 +34,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 from dashboard_server import ARGS, CHROMIUM, serve  # noqa: E402
+from results_io import write_result  # noqa: E402  (bench/ is on sys.path when a bench runs)
 
 RESULTS = ROOT / "bench" / "results" / "many_users.json"
 WORDS = ["gorgeous", "dull", "witty", "tedious", "moving", "clumsy", "sharp", "bland", "warm", "cold"]
@@ -287,7 +288,7 @@ def bench(run_dir: Path, counts=(1, 5, 10), seconds: float = 60, out: Path | Non
               "server_cpus": sorted(server_cpus or []), "client_cpus": sorted(client_cpus or []), "by_sessions": runs}
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2) + "\n")
+        write_result(out, result, indent=2)
     return result
 
 

@@ -14,6 +14,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from results_io import write_result  # noqa: E402  (bench/ is on sys.path when a bench runs)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -52,7 +53,7 @@ def main() -> None:
                             "top3_dims_variance_share": round(top3, 3)})
             print(json.dumps(results[-1]), flush=True)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "normalization.json").write_text(json.dumps(results, indent=2))
+    write_result(RESULTS / "normalization.json", results, indent=2)
     lines = ["| run | normalize | dev R² (raw space) | perplexity (all rows) | dead codes | largest concept | "
              "top-3 dims' share of variance |", "|---|---|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['run']} | {r['normalize']} | {r['dev_r2']} | {r['perplexity_all']} | {r['dead_codes_all']} | "

@@ -29,6 +29,7 @@ import json
 import time
 from dataclasses import replace
 from pathlib import Path
+from results_io import write_result  # noqa: E402  (bench/ is on sys.path when a bench runs)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -131,7 +132,7 @@ def main() -> None:
         f"--{k} {' '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in vars(args).items())
     out = {"run": args.run, "seeds": args.seeds, "texts": len(texts), "command": command, "table": table,
            "per_seed": per}
-    (RESULTS / f"prediction_concepts_{args.run}.json").write_text(json.dumps(out, indent=1, default=float))
+    write_result(RESULTS / f"prediction_concepts_{args.run}.json", out)
 
     def ci(v):
         return f"{v[0]:+.3f} [{v[1]:+.3f}, {v[2]:+.3f}]" if isinstance(v, list) else "–"

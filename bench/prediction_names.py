@@ -18,6 +18,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import argparse
 import json
 from pathlib import Path
+from results_io import write_result  # noqa: E402  (bench/ is on sys.path when a bench runs)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -57,7 +58,7 @@ def main() -> None:
             print(f"   {label}  p={p}  <- {t[:70]}")
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = Path(args.out) if args.out else RESULTS / f"prediction_names_{Path(args.run).name}.json"
-    path.write_text(json.dumps(out, indent=1))
+    write_result(path, out)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from results_io import write_result  # noqa: E402  (bench/ is on sys.path when a bench runs)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -87,7 +88,7 @@ def main() -> None:
             r = {"run": args.run, **measure(run, name, seed)}
             print(json.dumps(r), flush=True)
             done[(args.run, name, seed)] = r
-            path.write_text(json.dumps(list(done.values()), indent=1))
+            write_result(path, list(done.values()))
     (RESULTS / "sae_settings.md").write_text(markdown(list(done.values())))
 
 

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from results_io import write_result  # noqa: E402  (bench/ is on sys.path when a bench runs)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -129,7 +130,7 @@ def main() -> None:
                     row.update(status="timeout", fit_s=f">{a.timeout}")
             print(json.dumps(row), flush=True)
             results.append(row)
-            out_json.write_text(json.dumps(results, indent=2))
+            write_result(out_json, results, indent=2)
     report(results)
 
 

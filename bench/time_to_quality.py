@@ -399,9 +399,10 @@ def main() -> None:
                               fit=lambda m: child_fit(m, path, a.source_run, a.k, a.seed, a.timeout),
                               log=lambda s: print(s, flush=True))
         results[str(n)] = {**res, "n_dev": len(dev), "command": "python bench/time_to_quality.py " + " ".join(sys.argv[1:])}
-        out.write_text(json.dumps({"source_run": a.source_run, "note": "one thread per fit; times are medians of "
-                                   "interleaved repeats on a shared, loaded 2-core machine: compare ratios",
-                                   "results": results}, indent=1))
+        from results_io import write_result
+
+        write_result(out, {"source_run": a.source_run, "note": "one thread per fit; times are medians of "
+                           "interleaved repeats on a shared, loaded 2-core machine: compare ratios", "results": results})
     (RESULTS / "time_to_quality.md").write_text(table(results))
     plot(results, RESULTS / "time_to_quality.png")
     print(table(results))

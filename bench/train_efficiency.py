@@ -14,6 +14,7 @@ import json
 import statistics
 import time
 from pathlib import Path
+from results_io import write_result  # noqa: E402  (bench/ is on sys.path when a bench runs)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -73,7 +74,7 @@ def main() -> None:
     res["fraction_of_train_shape_matmul"] = round(res["achieved_gflops"] / rates["train shape (B,d)@(d,K)"], 3)
     print(json.dumps(res, indent=2))
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "train_efficiency.json").write_text(json.dumps(res, indent=2))
+    write_result(RESULTS / "train_efficiency.json", res, indent=2)
     lines = ["| measure | GFLOP/s |", "|---|---:|", f"| VQLC training, achieved ({res['rows']:,} rows, "
              f"{res['total_gflop']} GFLOP in {res['fit_s_median']} s) | {res['achieved_gflops']} |"]
     lines += [f"| matmul {k} | {v:.1f} |" for k, v in rates.items()]

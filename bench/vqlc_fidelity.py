@@ -31,6 +31,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from results_io import write_result  # noqa: E402  (bench/ is on sys.path when a bench runs)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -223,7 +224,7 @@ def main() -> None:
     done = {(r["variant"], r["seed"]) for r in fresh}
     results = [r for r in results if (r["variant"], r["seed"]) not in done] + fresh
     RESULTS.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
+    write_result(out, results, indent=2)
     md = table(results)
     (RESULTS / "vqlc_fidelity.md").write_text(md)
     print(md)

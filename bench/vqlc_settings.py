@@ -28,6 +28,7 @@ import json
 import time
 from itertools import combinations
 from pathlib import Path
+from results_io import write_result  # noqa: E402  (bench/ is on sys.path when a bench runs)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -161,7 +162,7 @@ def main() -> None:
            " ".join(f"--{k} {' '.join(map(str, v)) if isinstance(v, list) else v}" for k, v in vars(args).items()
                     if v is not None),
            "variants": {n: variants().get(n, "reference") for n in names}, "table": table, "per_seed": per_variant}
-    (RESULTS / f"vqlc_settings_{args.run}.json").write_text(json.dumps(out, indent=1, default=float))
+    write_result(RESULTS / f"vqlc_settings_{args.run}.json", out)
 
     def ci(v):
         return f"{v[0]:+.3f} [{v[1]:+.3f}, {v[2]:+.3f}]" if isinstance(v, list) else "–"
