@@ -133,7 +133,10 @@ def _explain(run_dir: str, _stamp: int, text: str) -> dict:
     from vqlc_core.views.browse import precomputed_explanation
 
     # The example the pages open with was explained by the build: a first visit needs no model.
-    return precomputed_explanation(run_dir, text) or service(run_dir, _stamp).explain(text, alive=session_alive)
+    stored = precomputed_explanation(run_dir, text)
+    if stored and all("contributions" in m for m in stored["methods"].values()):  # stored before them: live
+        return stored
+    return service(run_dir, _stamp).explain(text, alive=session_alive)
 
 
 # The fields of a prediction concept in the order tables show them: the build's stored example

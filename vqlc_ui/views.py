@@ -38,6 +38,32 @@ def colored_sentence(text: str, words: list[dict], concept_ids: list[int], label
     st.html(f'<div class="vqlc-sentence" style="white-space:pre-wrap;line-height:2">{body}</div>')
 
 
+def contributions(ex: dict, method: str, key: str) -> None:
+    """The input's concepts ranked by how much each carries the prediction (its single ablation's
+    drop in p(predicted class), what its Ablate toggle shows), each with the input words it acts
+    through, and the deletion curve as they are removed together in that order. An explanation
+    stored before contributions were computed shows a note instead."""
+    m = ex["methods"][method]
+    if m.get("contributions") is None:
+        st.caption("This explanation was stored without concept contributions; type the sentence again.")
+        return
+    words, pred = ex["words"], ex["prediction"]
+    lines = []
+    for c in m["contributions"]:
+        where = ", ".join(f"<mark>{html.escape(words[i]['word'])}</mark>" for i in c["words"]) or "the pooled representation"
+        side = "supports" if c["score"] >= 0 else "opposes"
+        lines.append(f"- `{c['score']:+.3f}` {side} **{html.escape(pred)}**: {html.escape(c['label'])} — via {where}"
+                     f" (ablated alone: {html.escape(c['ablated_prediction'])}, p = {c['ablated_proba']:.3f})")
+    st.markdown("\n".join(lines), unsafe_allow_html=True)
+    st.caption(f"Score: p('{plain(pred)}') minus p('{plain(pred)}') with the concept alone projected out of layer "
+               f"{ex['layer']}. All together: drop {m['joint']:+.3f}; interaction share {m['interaction']:.2f} "
+               "(0: the single drops add up to the joint one).")
+    curve = [ex["confidence"]] + list(m["deletion"])
+    fig = px.line(x=list(range(len(curve))), y=curve, markers=True, height=220,
+                  labels={"x": "concepts removed (ranked order)", "y": f"p({pred})"})
+    st.plotly_chart(fig, width="stretch", key=f"deletion_{key}")
+
+
 def concept_picture(run: Run, method: str, k: int, width: int | str = "stretch") -> None:
     """Concept k's word cloud, or its top words as text where no cloud can be drawn."""
     path = cloud(run, method, k)

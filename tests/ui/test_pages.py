@@ -103,6 +103,18 @@ def test_explain_shows_the_prediction_and_a_concept_for_every_word(cache_env):
 
 
 @pytest.mark.slow
+def test_explain_leads_with_the_inputs_concepts_ranked_by_their_signed_contribution(cache_env):
+    at = page("explain")
+    at.run()
+    at.text_area[0].input(SENTENCE)
+    rendered(at, "explain (rerun with a typed input)")
+    assert at.subheader[0].value.startswith("What carries")
+    (ranked,) = [m.value for m in at.markdown if "supports" in m.value or "opposes" in m.value]
+    scores = [float(line.split("`")[1]) for line in ranked.splitlines()]
+    assert scores == sorted(scores, reverse=True) and len(scores) >= 2
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["vqlc", "kmeans"])
 def test_explain_shows_the_prediction_concept_by_its_nearest_train_sentences(cache_env, method):
     from vqlc_core.views import browse
@@ -190,6 +202,8 @@ def test_compare_shows_the_three_methods_and_the_faithfulness_table(cache_env):
     shown_as = json.loads(at.dataframe[0].proto.columns)  # numbers as rounded, not cut at four decimals
     assert shown_as["mean confidence drop"]["type_config"]["format"] == "%g"
     specs = plotly_specs(at)
+    deletion, specs = specs[:3], specs[3:]  # each method's deletion curve for the input, then the corpus charts
+    assert all(len(d["data"][0]["y"]) >= 2 for d in deletion)
     assert len(specs) == 3
     titles = [a["text"] for a in specs[2]["layout"]["annotations"]]
     assert titles == ["fit time (s)", "peak memory (MB)"]  # not 'variable=fit_time_s'

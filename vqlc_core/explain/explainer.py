@@ -19,6 +19,7 @@ from vqlc_core.data.settings import AGGREGATIONS
 from vqlc_core.data.inputs import check_input
 from vqlc_core.methods.calibration import tempered
 from vqlc_core.explain.ablation import from_layer, orthonormal_basis, project_out
+from vqlc_core.explain.contributions import contributions as concept_contributions
 from vqlc_core.base.runio import RunError
 from vqlc_core.explain.attribution import (IG_STEPS, Attribution, eligible_words, layer_attributions, pooled_positions,
                                            salient_indices, word_scores)
@@ -56,10 +57,13 @@ class Explainer:
         words are assigned concepts on vectors like those the concepts were fitted on.
     ig_baseline: the layer-l state (d,) Integrated Gradients starts from at every word token
         (a run's neutral baseline, `baseline.neutral_baseline`, named by `ig_baseline_name`);
-        None takes the train rows' mean state from the concept sets (zero when none holds one)."""
+        None takes the train rows' mean state from the concept sets (zero when none holds one).
+    contributions: whether each explanation scores the input's concepts by their single ablation
+        (`contributions`: two more forwards from layer l); off, its records leave them out."""
 
     def __init__(self, classifier, layer: int, methods: dict, ig_steps: int = IG_STEPS, cache_size: int = 16,
-                 autocast_dtype=None, aggregation: str = "last", ig_baseline=None, ig_baseline_name: str = "given"):
+                 autocast_dtype=None, aggregation: str = "last", ig_baseline=None, ig_baseline_name: str = "given",
+                 contributions: bool = True):
         if ig_steps < 1:
             raise RunError(f"ig_steps must be at least 1, got {ig_steps}.")
         if aggregation not in AGGREGATIONS:
@@ -69,6 +73,7 @@ class Explainer:
         self.layer = self.backbone.check_layer(layer)
         self.methods = dict(methods)
         self.ig_steps, self.cache_size = ig_steps, cache_size
+        self.contributions = bool(contributions)
         self._cache: OrderedDict[str, _Pass] = OrderedDict()
         self.autocast_dtype = autocast_dtype  # e.g. torch.bfloat16: faster forwards on CPUs with BF16
         if ig_baseline is None:
@@ -210,19 +215,26 @@ class Explainer:
         for name, (method, concepts) in self.methods.items():
             ids = [int(k) for k in method.predict(np.concatenate(vecs))] if vecs else []
             per_method[name] = (concepts, ids, concept_proba(method, pooled, concepts))
-        return [self._explanation(texts[b], ps[b], preds[b], scores[b], salient[b], completeness[b],
-                                  {n: (cs, ids[bounds[b] : bounds[b + 1]], proba[b]) for n, (cs, ids, proba) in
-                                   per_method.items()}) for b in range(len(ps))]
+        per_text = [{n: (cs, ids[bounds[b] : bounds[b + 1]], proba[b]) for n, (cs, ids, proba) in per_method.items()}
+                    for b in range(len(ps))]
+        contrib = (concept_contributions(self, ps, preds, [{n: (cs, ids, int(np.argmax(proba)) if len(proba) else None)
+                                                            for n, (cs, ids, proba) in t.items()} for t in per_text])
+                   if self.contributions else [{} for _ in ps])
+        return [self._explanation(texts[b], ps[b], preds[b], scores[b], salient[b], completeness[b], per_text[b],
+                                  contrib[b]) for b in range(len(ps))]
 
-    def _explanation(self, text: str, p: _Pass, pred: int, scores, salient, completeness, per_method) -> Explanation:
+    def _explanation(self, text: str, p: _Pass, pred: int, scores, salient, completeness, per_method,
+                     contrib: dict | None = None) -> Explanation:
         """One text's Explanation from its pass, attributions and per-method concepts."""
         names = self.classifier.class_names
         methods, salient_concepts = {}, {i: {} for i in salient}
         for name, (concepts, ids, proba) in per_method.items():
             top = np.argsort(-proba, kind="stable")[:TOP_CONCEPTS]
+            records, curve, joint, share = (contrib or {}).get(name, (None, None, None, None))
             methods[name] = MethodExplanation(
                 word_concepts=ids,
-                prediction_concepts=[PredictionConcept(int(k), float(proba[k]), concepts.label(int(k))) for k in top])
+                prediction_concepts=[PredictionConcept(int(k), float(proba[k]), concepts.label(int(k))) for k in top],
+                contributions=records, deletion=curve, joint=joint, interaction=share)
             for i in salient:
                 salient_concepts[i][name] = WordConcept(ids[i], concepts.label(ids[i]))
 

@@ -46,15 +46,45 @@ class SalientWord:
 
 
 @dataclass(frozen=True)
+class ConceptContribution:
+    """How much one concept present in the input carries the prediction (`contributions`):
+    `score` is p(predicted class) minus that probability with the concept's centred direction
+    projected out of layer l at every position, exactly what its Ablate toggle does (positive:
+    it supports the predicted class). `words` are the indices of the input words assigned to it;
+    `kind` is "word", "prediction" (the prediction representation's top concept, which acts on
+    the pooled representation) or "word+prediction"."""
+
+    concept: int
+    label: str
+    score: float
+    ablated_proba: float  # p(predicted class) with this concept alone ablated
+    ablated_prediction: str
+    words: list[int]
+    kind: str
+
+
+# What `MethodExplanation.to_dict` leaves out when the explainer did not compute contributions.
+CONTRIBUTION_FIELDS = ("contributions", "deletion", "joint", "interaction")
+
+
+@dataclass(frozen=True)
 class MethodExplanation:
-    """One method's view of the input: every word's concept id and the prediction
-    representation's top concepts, most probable first."""
+    """One method's view of the input: every word's concept id, the prediction representation's
+    top concepts, most probable first, and (when computed) the concept contributions ranked by
+    score, highest first; `deletion`: p(predicted class) as the top-1, top-2, ... of them are
+    projected out together; `joint`: the drop with all of them out together; `interaction`: the
+    share of the joint effect that the single effects do not add up to (`contributions`)."""
 
     word_concepts: list[int]
     prediction_concepts: list[PredictionConcept]
+    contributions: list[ConceptContribution] | None = None
+    deletion: list[float] | None = None
+    joint: float | None = None
+    interaction: float | None = None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        return {k: v for k, v in d.items() if k not in CONTRIBUTION_FIELDS or self.contributions is not None}
 
 
 @dataclass(frozen=True)
@@ -76,7 +106,9 @@ class Explanation:
     info: dict = field(default_factory=dict)  # how the attribution was computed, its completeness error
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        d["methods"] = {n: m.to_dict() for n, m in self.methods.items()}
+        return d
 
 
 @dataclass(frozen=True)
