@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from vqlc_core.explain.ablation import orthonormal_basis, project_out
+from vqlc_core.explain.ablation import from_layer, orthonormal_basis, project_out
 from vqlc_core.explain.records import ConceptContribution
 
 
@@ -128,7 +128,6 @@ def patching_scores(explainer, p, pred: int, method: str, present: list[int]) ->
     """Attribution patching (AtP) of each concept's single ablation: the gradient of p_pred with
     respect to the layer-l states (one backward), dotted with the change the ablation makes,
     summed over positions; with the sign of the score (p_pred before minus after)."""
-    from vqlc_core.explain.ablation import from_layer
 
     states = p.states.detach().float().clone().requires_grad_(True)
     with torch.enable_grad(), from_layer(explainer.backbone, explainer.layer, states):
