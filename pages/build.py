@@ -66,6 +66,9 @@ if len(runs):
                           "model outside 0.70-1.60", format="%.3f"),
                      "what to do": st.column_config.TextColumn(
                          help="a run with no finished concept method is not offered by the other pages")})
+    for name, note in zip(runs["run"], runs["concept sizes"]):
+        if note:  # a small data set for its K (methods.sizing, written by the fitset stage)
+            st.info(vqlc_ui.plain(f"{name}: {note}"))
 else:
     st.caption("No run is built yet.")
 

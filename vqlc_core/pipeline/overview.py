@@ -14,7 +14,8 @@ from vqlc_core.pipeline.stages import stage_names
 
 def runs_overview(cache_dir: str | Path | None = None):
     """One row per run (from manifests only, cheap): model, dataset, fine-tuning, test accuracy,
-    the words aligned per reference word of the text, and how many stages are finished."""
+    the words aligned per reference word of the text, how many stages are finished, and a
+    sentence where its concepts average few fit rows (`methods.sizing`)."""
     rows = []
     for p in list_runs(cache_dir):
         m = read_json(p / "manifest.json")
@@ -27,6 +28,7 @@ def runs_overview(cache_dir: str | Path | None = None):
                      "fine-tuning": stages.get("finetune", {}).get("mode", "–"),
                      "test accuracy": acc.get("test"),
                      "word alignment": (m.get("alignment") or {}).get("ratio"),
-                     "stages done": f"{sum(stages.get(s, {}).get('state') == 'complete' for s in order)} / {len(order)}"})
+                     "stages done": f"{sum(stages.get(s, {}).get('state') == 'complete' for s in order)} / {len(order)}",
+                     "concept sizes": " ".join(stages.get("fitset", {}).get("size_notes") or [])})
     return pd.DataFrame(rows, columns=["run", "model", "dataset", "fine-tuning", "test accuracy", "word alignment",
-                                       "stages done"])
+                                       "stages done", "concept sizes"])

@@ -5,6 +5,7 @@ stage runs, so reading the registry (the command line, `vqlc runs`) loads none o
 
 from __future__ import annotations
 
+import logging
 import shutil
 import time
 from dataclasses import replace
@@ -30,9 +31,12 @@ from vqlc_core.explain.explainer import Explainer
 from vqlc_core.methods.calibration import calibrate
 from vqlc_core.methods.concepts import ConceptSet
 from vqlc_core.methods.registry import method_class
-from vqlc_core.methods.split import build_method
+from vqlc_core.methods.sizing import size_notes
+from vqlc_core.methods.split import build_method, prediction_concept_count
 from vqlc_core.views.browse import precompute_clouds, precompute_example
 from vqlc_core.views.maps import BackgroundMaps, concept_map, map_vectors
+
+log = logging.getLogger(__name__)
 
 
 def stage_texts(run, name: str) -> dict:
@@ -161,7 +165,12 @@ def stage_fitset(run, name: str) -> dict:
         raise RunError(f"The fit set has {len(rows)} rows but {cfg.methods.n_concepts} concepts were requested; "
                        "lower --n-concepts or use more texts.")
     write_npy(run.dir / "fitset.npy", rows.astype(np.int64))
-    return {"n_rows": int(len(rows)), "n_prediction_rows": int((tokens["kind"].to_numpy()[rows] == "pred").sum())}
+    n_pred = int((tokens["kind"].to_numpy()[rows] == "pred").sum())
+    m = cfg.methods
+    notes = size_notes(len(rows) - n_pred, n_pred, m.n_concepts, prediction_concept_count(m.prediction_concepts, n_pred))
+    for note in notes:  # a small data set: say so, once, in the log (the Build page reads it from the manifest)
+        log.warning("[fitset] %s", note)
+    return {"n_rows": int(len(rows)), "n_prediction_rows": n_pred, "size_notes": notes}
 
 
 def concept_set_of(run, name: str, method, rows: np.ndarray, seed: int) -> ConceptSet:

@@ -1,0 +1,28 @@
+"""The fit rows a concept gets: a sentence when a small data set meets a large K, none otherwise."""
+
+from vqlc_core.methods.sizing import MIN_ROWS_PER_CONCEPT, size_notes, suggested_count
+
+
+def test_a_small_data_set_with_the_default_k_gets_one_sentence_per_set_with_a_number_to_pass():
+    # the issue's case: 300 MR texts, K = 400 on 1,424 word rows, 20 prediction concepts on 240 rows
+    notes = size_notes(1424, 240, 400, 20)
+    assert len(notes) == 2
+    assert "400 word concepts on 1,424 fit rows is 3.6 rows a concept" in notes[0]
+    assert f"--n-concepts {1424 // MIN_ROWS_PER_CONCEPT}" in notes[0]
+    assert "20 prediction concepts on 240 fit rows is 12.0 rows a concept" in notes[1]
+    assert "--prediction-concepts 12" in notes[1]
+
+
+def test_the_full_default_data_set_gets_no_sentence():
+    # the default run's fit set: tens of thousands of word rows, 3,200 train predictions
+    assert size_notes(60000, 3200, 400, 20) == []
+
+
+def test_without_prediction_concepts_k_is_counted_over_every_row():
+    assert size_notes(1424, 240, 400, 0)[0].startswith("400 concepts on 1,664 fit rows")
+    assert size_notes(7000, 1000, 400, 0) == []
+
+
+def test_the_suggestion_gives_about_the_threshold_and_never_fewer_than_two():
+    assert suggested_count(1424) == 71 and 1424 / suggested_count(1424) >= MIN_ROWS_PER_CONCEPT
+    assert suggested_count(10) == 2

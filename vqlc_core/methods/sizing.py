@@ -1,0 +1,32 @@
+"""How many fit rows a concept gets: one sentence for the build's log and the Build page when a
+data set is too small for the number of concepts asked for (K = 400 on 300 texts leaves about 3.6
+rows a concept), with the number to pass instead."""
+
+from __future__ import annotations
+
+# A concept with fewer fit rows than this is a handful of occurrences, not a concept: LACOAT's fit
+# set keeps at most 20 occurrences of a word type, so below 20 rows a concept may hold a single
+# word's occurrences. A stated threshold, not a measured optimum.
+MIN_ROWS_PER_CONCEPT = 20
+
+
+def suggested_count(n_rows: int, min_rows: int = MIN_ROWS_PER_CONCEPT) -> int:
+    """The largest number of concepts that gives every concept `min_rows` fit rows on average (at least 2)."""
+    return max(2, int(n_rows) // int(min_rows))
+
+
+def size_notes(n_word_rows: int, n_prediction_rows: int, n_concepts: int, prediction_concepts: int,
+               min_rows: int = MIN_ROWS_PER_CONCEPT) -> list[str]:
+    """One sentence per concept set whose concepts average fewer than `min_rows` fit rows.
+
+    With prediction concepts (> 0) the K word concepts are fitted on the word rows and the
+    prediction concepts on the prediction rows; with 0, K concepts are fitted on every row."""
+    sets = ([("word concepts", n_word_rows, n_concepts, "--n-concepts"),
+             ("prediction concepts", n_prediction_rows, prediction_concepts, "--prediction-concepts")]
+            if prediction_concepts > 0 else [("concepts", n_word_rows + n_prediction_rows, n_concepts, "--n-concepts")])
+    notes = []
+    for what, rows, k, flag in sets:
+        if k > 0 and rows / k < min_rows:
+            notes.append(f"{k} {what} on {rows:,} fit rows is {rows / k:.1f} rows a concept on average (fewer than "
+                         f"{min_rows}); pass {flag} {suggested_count(rows, min_rows)} for about {min_rows} rows a concept.")
+    return notes
