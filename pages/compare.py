@@ -20,7 +20,7 @@ run, _ = vqlc_ui.sidebar(need=("classifier", "evaluate"), choose_method=False)
 st.title("Compare concept methods")
 text, ex = vqlc_ui.explained_text(run, "Type a sentence to compare the methods on.", height=80)
 rd, sp = str(run.dir), vqlc_ui.stamp(run)
-st.markdown(f"Prediction **{ex['prediction']}** (confidence {ex['confidence']:.3f})")
+st.markdown(f"Prediction **{vqlc_ui.plain(ex['prediction'])}** (confidence {ex['confidence']:.3f})")
 st.caption(browse.PROBABILITY_HELP)
 
 methods = run.methods_built()  # in registry order

@@ -50,10 +50,13 @@ def contributions(ex: dict, method: str, key: str) -> None:
     words, pred = ex["words"], ex["prediction"]
     lines = []
     for c in m["contributions"]:
-        where = ", ".join(f"<mark>{html.escape(words[i]['word'])}</mark>" for i in c["words"]) or "the pooled representation"
+        # literal_html: a word, label or class name is shown as typed (a `$` pair is no math)
+        where = ", ".join(f"<mark>{literal_html(html.escape(words[i]['word']))}</mark>" for i in c["words"]) \
+            or "the pooled representation"
         side = "supports" if c["score"] >= 0 else "opposes"
-        lines.append(f"- `{c['score']:+.3f}` {side} **{html.escape(pred)}**: {html.escape(c['label'])} — via {where}"
-                     f" (ablated alone: {html.escape(c['ablated_prediction'])}, p = {c['ablated_proba']:.3f})")
+        lines.append(f"- `{c['score']:+.3f}` {side} **{literal_html(html.escape(pred))}**: "
+                     f"{literal_html(html.escape(c['label']))} — via {where}"
+                     f" (ablated alone: {literal_html(html.escape(c['ablated_prediction']))}, p = {c['ablated_proba']:.3f})")
     st.markdown("\n".join(lines), unsafe_allow_html=True)
     st.caption(f"Score: p('{plain(pred)}') minus p('{plain(pred)}') with the concept alone projected out of layer "
                f"{ex['layer']}. All together: drop {m['joint']:+.3f}; interaction share {m['interaction']:.2f} "

@@ -265,7 +265,7 @@ def test_a_request_is_keyed_by_what_decides_its_answer_and_never_by_the_key(monk
 
 
 def test_judge_and_label_explain_every_option():
-    from tests.build.test_cli import options, subcommands
+    from tests.pipeline.test_cli import options, subcommands
 
     for command in ("judge", "label"):
         for a in options(subcommands()[command]):
