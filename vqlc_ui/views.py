@@ -111,6 +111,14 @@ def concept_view(run: Run, method: str, k: int) -> None:
         st.markdown("**Contexts**\n\n" + "\n".join(lines), unsafe_allow_html=True)
 
 
+_LABEL_SAVED = "_label_saved"
+
+
+def saved_message(k: int) -> str:
+    """What the page says once concept k's label is saved."""
+    return f"Label of c{k} saved with the run, marked as edited."
+
+
 def label_editor(run: Run, method: str, k: int) -> None:
     """Concept k's label (where it comes from, its description and detection score) and a form
     to write or edit it; a saved label is stored with the run, marked as edited, and shown
@@ -123,6 +131,12 @@ def label_editor(run: Run, method: str, k: int) -> None:
     facts = label_facts(entry)
     if facts:
         st.caption(plain(facts))
+    # Said on the page as well as in a toast: a toast lives 4 s from when the browser draws it, and a
+    # browser busy redrawing the page (a loaded machine) can pass those seconds before it shows.
+    # The line stays while this concept's label is the one saved.
+    saved = st.session_state.get(_LABEL_SAVED)
+    if saved is not None and saved[:3] == (str(run.dir), method, k) and saved[3] == entry.get("name"):
+        st.success(saved_message(k), icon=":material/check:")
     with st.expander("Edit the label" if entry.get("name") else "Write a label", icon=":material/edit:"):
         with st.form(key=f"label_form_{method}_{k}", border=False):
             name = st.text_input("Name", value=entry.get("name") or "", max_chars=MAX_NAME_CHARS,
@@ -134,8 +148,9 @@ def label_editor(run: Run, method: str, k: int) -> None:
             saved = st.form_submit_button("Save the label", type="primary")
         if saved:
             with guard():
-                set_label(run.dir, method, k, name, description, status)
-            toast_after_rerun(f"Label of c{k} saved with the run, marked as edited.")
+                entry = set_label(run.dir, method, k, name, description, status)
+            st.session_state[_LABEL_SAVED] = (str(run.dir), method, k, entry["name"])
+            toast_after_rerun(saved_message(k))
 
 
 def feature_activations(run: Run, method: str, k: int) -> None:
