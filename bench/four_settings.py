@@ -27,7 +27,8 @@ from vqlc_core.base.runio import read_parquet
 from vqlc_core.base.stats import N_BOOT
 from vqlc_core.pipeline.run import open_run
 from vqlc_core.evaluate import instrument as ins
-from vqlc_core.evaluate.faithfulness import MATCHED, PREDICTION, SALIENT, group_rng, paired_rows
+from vqlc_core.evaluate.faithfulness import (CLASS_CONTROLS, CONTROL, MATCHED, PREDICTION, SALIENT, group_rng,
+                                             paired_rows)
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = {"vqlc": "VQLC", "kmeans": "K-Means", "lacoat": "LACOAT", "sae": "SAE"}
@@ -42,8 +43,9 @@ def _diff(a: pd.DataFrame, b: pd.DataFrame, seed: int, *key: str) -> tuple[float
 
 def _per_pair(rows: pd.DataFrame, method: str, target: str, control: str) -> pd.DataFrame:
     r = rows[rows["method"] == method]
+    shared = rows[rows["method"] == CONTROL] if control in CLASS_CONTROLS.get(target, ()) else r  # the class direction
     a = r[r["target"] == target][["seed", "text_index", "conf_drop"]]
-    b = r[r["target"] == control][["seed", "text_index", "conf_drop"]]
+    b = shared[shared["target"] == control][["seed", "text_index", "conf_drop"]]
     m = a.merge(b, on=["seed", "text_index"], suffixes=("_a", "_b"))
     return m.assign(d=m["conf_drop_a"] - m["conf_drop_b"])[["seed", "text_index", "d"]]
 
@@ -111,12 +113,14 @@ def setting(name: str) -> tuple[list[str], dict]:
     lines += ["Stage times (s): " + ", ".join(f"{k} {v:.0f}" for k, v in stages.items() if v is not None)
               + f"; all {sum(v for v in stages.values() if v):.0f} s.", ""]
     matched = read_parquet(run.dir / "eval" / "matched.parquet")  # the build's own intervals
+    # the prediction concept's controls: its matched cuts and, where the build drew it, the class direction
+    pred_controls = [*MATCHED[PREDICTION], *(c for c in CLASS_CONTROLS[PREDICTION] if c in set(rows["target"]))]
     specs = [(f"{t} − {c}", rows, matched, t, c, True) for t, c in
-             [(PREDICTION, c) for c in MATCHED[PREDICTION]] + [(SALIENT, c) for c in MATCHED[SALIENT]]]
+             [(PREDICTION, c) for c in pred_controls] + [(SALIENT, c) for c in MATCHED[SALIENT]]]
     by_class = _optional(run, "matched_by_class.parquet")
     for c in sorted(rows["predicted"].unique()) if not by_class.empty else []:  # effects can differ by class
         specs += [(f"{PREDICTION} − {m}, predicted {run.class_names[int(c)]}", rows[rows["predicted"] == c],
-                   by_class[by_class["predicted"] == c], PREDICTION, m, True) for m in MATCHED[PREDICTION]]
+                   by_class[by_class["predicted"] == c], PREDICTION, m, True) for m in pred_controls]
     ins_rows, ins_table = run.instrument_rows(), _optional(run, "instrument.parquet")
     if not ins_rows.empty:
         for measure, alpha in ((ins.DOSE, 0.5), (ins.PROBE, 1.0)):

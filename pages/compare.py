@@ -37,16 +37,18 @@ for col, m in zip(st.columns(len(methods)), methods):
 st.header("Faithfulness over the test set")
 st.caption("Each row ablates centred concept directions at layer l on every test sentence (and seed): the mean drop "
            "in the predicted class's confidence with its 95% bootstrap interval, the flip rate, and the share of the "
-           "pooled representation's energy removed. The 'control' rows (global mean, random direction) and each "
-           "method's 'random concept' row are what a concept must beat.")
+           "pooled representation's energy removed. The 'control' rows (global mean, random direction, class "
+           "direction) and each method's 'random concept' row are what a concept must beat.")
 faith, measures = vqlc_ui.evaluation(rd, sp)
 table(charts.display_frame(faith))
 st.plotly_chart(charts.faithfulness_figure(faith), width="stretch", key="faith_chart")
 st.subheader("Against energy-matched controls")
 st.caption("Each target's drop minus its control's on the same sentences and seeds, where the control is the other "
-           "concept(s) of the same method, or random direction(s) drawn from the train states' distribution, whose "
-           "ablation removes the energy closest to the target's. Above zero: the concept matters more than an "
-           "equally large cut.")
+           "concept(s) of the same method (for a prediction concept, another concept that holds train predictions), "
+           "or random direction(s) drawn from the train states' distribution, whose ablation removes the energy "
+           "closest to the target's. Above zero: the concept matters more than an equally large cut. The prediction "
+           "concept is also set against the class direction (the centred mean of the train predictions of the "
+           "sentence's predicted class): at or below zero, it says no more than the predicted class.")
 st.markdown(tables.matched_table(run))
 st.subheader("Beyond the single cut")
 st.caption("The same prediction concepts and controls measured otherwise, on a sample of the test sentences: "

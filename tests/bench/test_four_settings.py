@@ -39,4 +39,6 @@ def test_one_setting_has_a_row_and_a_verdict_per_measure_from_the_builds_own_tab
     assert set(verdicts.values()) <= {"VQLC best", "level", "VQLC behind"}
     measures = {label.split(":")[0] for label in verdicts}
     assert {"dose α = 0.5", "probe", "comprehensiveness", "sufficiency"} <= measures  # the instruments' rows
-    assert len([label for label in verdicts if "predicted" in label]) == 2 * len(cache_env.class_names)
+    # per predicted class, the prediction concept against its two matched cuts and the class direction
+    assert len([label for label in verdicts if "predicted" in label]) == 3 * len(cache_env.class_names)
+    assert "prediction concept − class direction" in verdicts

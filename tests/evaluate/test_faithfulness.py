@@ -7,12 +7,14 @@ import pandas as pd
 import pytest
 import torch
 
-from tests.explain.test_explainer import explainer, setup  # noqa: F401 (module fixtures)
-from vqlc_core.evaluate.controls import (N_SUBSETS, match_energy, matched_basis, removed_energy, span_energies,
-                                         span_energy, unit_energy)
+from tests.explain.test_explainer import LAYER, K, setup  # noqa: F401 (module fixture)
+from vqlc_core.evaluate.controls import (N_SUBSETS, match_energy, matched_basis, prediction_pool, removed_energy,
+                                         span_energies, span_energy, unit_energy)
 from vqlc_core.explain.ablation import orthonormal_basis
-from vqlc_core.evaluate.faithfulness import (COLUMNS, CONTROL, CONTROLS, MATCHED, PREDICTION, SALIENT, TARGETS, faithfulness,
-                                             matched_differences, paired_differences, summarize_faithfulness)
+from vqlc_core.evaluate.faithfulness import (CLASS_DIRECTION, COLUMNS, CONTROL, CONTROLS, MATCHED, PREDICTION, SALIENT,
+                                             TARGETS, concept_arrays, faithfulness, matched_differences,
+                                             paired_differences, summarize_faithfulness)
+from vqlc_core.evaluate.evaluation import prediction_class_means
 
 N_TEXTS = 24
 
@@ -23,16 +25,42 @@ def texts(setup):
 
 
 @pytest.fixture(scope="module")
-def rows(explainer, texts):
-    return faithfulness(explainer, texts, seed=0, progress=False, batch_size=8)
+def explainer(setup):
+    """The explainer fixture's methods (one shared set of K-Means concepts, where every train
+    prediction falls into one concept, and a nearest-code method) and K-Means with prediction
+    concepts of their own ("split": 4 concepts fitted on the prediction rows)."""
+    from vqlc_core.explain.explainer import Explainer
+    from vqlc_core.methods.concepts import ConceptSet
+    from vqlc_core.methods.kmeans import KMeansConcepts
+    from vqlc_core.methods.split import SplitConcepts
+
+    store = setup["store"]
+    split = SplitConcepts(KMeansConcepts(n_concepts=K, seed=0), KMeansConcepts(n_concepts=4, seed=0)).fit(store)
+    cs = ConceptSet.from_assignments("split", store, split.predict_store(store), split.n_concepts,
+                                     setup["clf"].class_names)
+    return Explainer(setup["clf"], LAYER, {**setup["methods"], "split": (split, cs)})
 
 
-def test_every_method_target_and_sentence_is_one_row(rows, setup):
+@pytest.fixture(scope="module")
+def class_means(setup):
+    """The mean state of the fixture's train prediction rows per class the model predicted."""
+    return prediction_class_means(setup["store"], setup["clf"].predict_proba(list(setup["texts"])).argmax(1))
+
+
+@pytest.fixture(scope="module")
+def rows(explainer, texts, class_means):
+    return faithfulness(explainer, texts, seed=0, progress=False, batch_size=8, class_means=class_means)
+
+
+def test_every_method_target_and_sentence_is_one_row(rows, explainer):
     assert list(rows.columns) == COLUMNS
     pairs = set(zip(rows["method"], rows["target"]))
-    matched_concepts = (MATCHED[PREDICTION][0], MATCHED[SALIENT][0])  # matched directions need the covariance
-    assert pairs == ({(CONTROL, t) for t in CONTROLS} | {(m, t) for m in setup["methods"] for t in TARGETS}
-                     | {(m, t) for m in setup["methods"] for t in matched_concepts})
+    methods = list(explainer.methods)
+    # matched directions need the covariance; the prediction concept's matched concept needs
+    # another concept that holds train predictions, which only the split method has here
+    assert pairs == ({(CONTROL, t) for t in CONTROLS} | {(m, t) for m in methods for t in TARGETS}
+                     | {(m, MATCHED[SALIENT][0]) for m in methods} | {("split", MATCHED[PREDICTION][0])})
+    assert CLASS_DIRECTION in CONTROLS
     salient_sets = (SALIENT, MATCHED[SALIENT][0])
     for (method, target), g in rows.groupby(["method", "target"]):
         assert g["text_index"].is_unique and set(g["text_index"]) <= set(range(N_TEXTS))
@@ -65,10 +93,10 @@ def test_the_random_direction_removes_little_energy_against_an_uncentred_concept
 
 
 @pytest.mark.slow
-def test_the_controls_are_seeded_and_do_not_depend_on_batching(explainer, texts, rows):
-    again = faithfulness(explainer, texts, seed=0, progress=False, batch_size=5)
+def test_the_controls_are_seeded_and_do_not_depend_on_batching(explainer, texts, rows, class_means):
+    again = faithfulness(explainer, texts, seed=0, progress=False, batch_size=5, class_means=class_means)
     pd.testing.assert_frame_equal(rows, again, atol=1e-5, check_exact=False)
-    other = faithfulness(explainer, texts, seed=1, progress=False, batch_size=8)
+    other = faithfulness(explainer, texts, seed=1, progress=False, batch_size=8, class_means=class_means)
     random = rows["target"].isin(["random direction", "random concept", *MATCHED[PREDICTION], *MATCHED[SALIENT]])
     pd.testing.assert_frame_equal(rows[~random], other[~random], atol=1e-5, check_exact=False)
     for target in ("random direction", "random concept"):
@@ -148,7 +176,12 @@ def test_the_energy_matched_controls_remove_energy_close_to_their_targets(explai
         mine = rows[rows["method"] == method].pivot(index="text_index", columns="target", values="energy")
         target = mine[PREDICTION]
         for control in MATCHED[PREDICTION]:
-            assert abs(mine[control].mean() / target.mean() - 1) < 0.10, (method, control)
+            if control not in mine:  # no other concept holds train predictions (see the split method)
+                assert method != "split" and control == MATCHED[PREDICTION][0]
+                continue
+            # the split's matched concept has 3 candidates (4 prediction concepts), the others 15 or 16384
+            tolerance = 0.25 if (method, control) == ("split", MATCHED[PREDICTION][0]) else 0.10
+            assert abs(mine[control].mean() / target.mean() - 1) < tolerance, (method, control)
             assert (mine[control] - target).abs().median() < (mine["random concept"] - target).abs().median()
         dirs = rows[rows["method"] == method].pivot(index="text_index", columns="target", values="n_directions")
         has = dirs[SALIENT].notna()
@@ -225,6 +258,67 @@ def test_matched_basis_with_its_energies_and_target_given_is_the_same_as_without
     given = matched_basis(h, unit, allowed, None, np.random.default_rng(0), unit_energy(h, unit),
                           orthonormal_basis(vectors))
     assert torch.equal(plain, given)
+
+
+def test_the_prediction_concepts_matched_concept_is_drawn_from_the_other_prediction_concepts(explainer, setup, rows):
+    """A word concept carries less class information than a prediction concept: the prediction
+    concept's energy-matched concept comes from the method's other prediction concepts only."""
+    cs = explainer.methods["split"][1]
+    c = concept_arrays(cs)
+    predictionish = {k for k in range(cs.n_concepts) if cs.sizes[k] and cs.summary.loc[k, "n_pred"] > 0}
+    words = set(np.flatnonzero(c["usable"])) - predictionish
+    assert len(predictionish) >= 2 and words, "the fixture needs prediction and word concepts to tell the pools apart"
+    rng = np.random.default_rng(0)
+    h = setup["store"].vectors[0].astype(np.float64)
+    for k in sorted(predictionish):
+        pool = prediction_pool(c, k)
+        assert set(np.flatnonzero(pool)) == predictionish - {k}
+        basis = matched_basis(h, c["unit"], pool, c["dirs"][[k]], rng)
+        picked = int(np.argmax(np.abs(c["unit"] @ basis.double().numpy()[0])))
+        assert picked in predictionish - {k}
+    assert set(np.flatnonzero(c["prediction"])) == set(range(K, K + 4))  # the split's prediction concepts
+    # every sentence has its matched concept where there are other prediction concepts, none where not
+    assert rows[rows["target"] == MATCHED[PREDICTION][0]].groupby("method").size().to_dict() == {"split": N_TEXTS}
+    one = concept_arrays(explainer.methods["kmeans"][1])
+    k = int(np.flatnonzero(one["prediction"])[0])
+    assert one["prediction"].sum() == 1 and not prediction_pool(one, k).any()
+
+
+def test_the_class_direction_is_the_predicted_classs_train_predictions_centred(explainer, texts, rows, class_means,
+                                                                                setup):
+    """The class-direction control, by hand for a few sentences: project the mean of the train
+    predictions of the sentence's predicted class, minus the train mean, out of layer l."""
+    from vqlc_core.explain.ablation import project_out
+
+    tokens = setup["store"].tokens
+    pred_rows = np.flatnonzero((tokens["kind"] == "pred").to_numpy())
+    predicted = setup["clf"].predict_proba(list(setup["texts"])).argmax(1)
+    by_hand = setup["store"].vectors[pred_rows][predicted[tokens["text_id"].to_numpy()[pred_rows]] == 1].mean(0)
+    assert np.allclose(class_means[1], by_hand, atol=1e-4)
+    mean = explainer.methods["kmeans"][1].mean
+    got = rows[(rows["method"] == CONTROL) & (rows["target"] == CLASS_DIRECTION)].set_index("text_index")
+    assert len(got) == N_TEXTS
+    for i in (0, 3, 7):
+        enc, _ = explainer.backbone.tokenize([texts[i]])
+        enc = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
+        states, proba = explainer.forward(enc)
+        p = int(proba[0].argmax())
+        basis = orthonormal_basis(class_means[p] - mean)
+        new = explainer.proba_from_states(enc, project_out(states, basis[None]))
+        assert got.loc[i, "predicted"] == p
+        assert got.loc[i, "conf_drop"] == pytest.approx(float(proba[0, p] - new[0, p]), abs=1e-4)
+
+
+def test_the_prediction_concept_is_compared_with_the_class_direction_sentence_by_sentence():
+    rng = np.random.default_rng(1)
+    base = rng.uniform(0, 0.5, size=200)
+    rows = [{"method": m, "target": t, "text_index": i, "predicted": i % 2, "conf_drop": b + shift, "flipped": False,
+             "energy": 0.1, "n_directions": 1}
+            for m, t, shift in (("vqlc", PREDICTION, 0.02), (CONTROL, CLASS_DIRECTION, 0.05))
+            for i, b in enumerate(base)]
+    got = matched_differences(pd.DataFrame(rows)).set_index("control")
+    assert got.loc[CLASS_DIRECTION, "method"] == "vqlc" and got.loc[CLASS_DIRECTION, "n_pairs"] == 200
+    assert got.loc[CLASS_DIRECTION, "diff_conf_drop"] == pytest.approx(-0.03)
 
 
 def test_a_target_is_measured_against_its_matched_control_sentence_by_sentence():

@@ -88,12 +88,13 @@ def _tables(md: str, header: str) -> list[list[list[str]]]:
 
 
 def test_the_report_gives_each_target_against_its_energy_matched_controls_overall_and_per_class(apptest_run):
-    from vqlc_core.evaluate.faithfulness import MATCHED
+    from vqlc_core.evaluate.faithfulness import CLASS_CONTROLS, MATCHED
 
     md = run_tables(apptest_run)
     matched = read_parquet(apptest_run.dir / "eval" / "matched.parquet")
     overall, per_class = _tables(md, "| method | target | minus control |")
-    assert len(matched) == len(apptest_run.methods_built()) * sum(len(c) for c in MATCHED.values())
+    controls = sum(len(c) for c in MATCHED.values()) + sum(len(c) for c in CLASS_CONTROLS.values())
+    assert len(matched) == len(apptest_run.methods_built()) * controls  # the class direction too, from the build
     assert len(overall) == len(matched)
     for r, (_, m) in zip(overall, matched.iterrows()):
         assert r[0] == display_name(m["method"]) and r[1] == m["target"]

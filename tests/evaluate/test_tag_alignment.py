@@ -191,7 +191,9 @@ def test_the_annotate_stage_report_and_names_on_the_small_run(apptest_run):
         p = run.tag_profiles(m, cs=cs)
         for k, name in cs.tag_names.items():
             # a prediction concept is named by its members' classes and sentences, not by a tag
-            assert cs.label(k).endswith("from tags)") or cs.labels.name(k) or is_prediction_concept(cs.summary.loc[k])
+            # a word concept keeps its words, the tag beside them
+            assert (cs.label(k) == f"c{k}: {cs.name(k)} — {name}" or cs.labels.name(k)
+                    or is_prediction_concept(cs.summary.loc[k]))
             tag_set, tag = next((s, t) for s, t, al in zip(p.loc[p.concept == k, "tag_set"],
                                                            p.loc[p.concept == k, "tag"],
                                                            p.loc[p.concept == k, "aligned"]) if al and name.startswith(t))

@@ -91,7 +91,34 @@ def test_a_concept_set_holds_the_mean_state_of_each_concepts_members(table):
     cs = ConceptSet.from_assignments("kmeans", ArrayStore(x, tokens, chunk_rows=4), assignments, 4, CLASSES)
     assert np.allclose(cs.vectors[0], x[assignments == 0].mean(axis=0))
     assert np.allclose(cs.vectors[2], 0.0)  # no members
-    assert cs.label(0) == "c0: good" and cs.label(3) == "c3: mostly negative (66%) · good"
+    assert cs.label(0) == "c0: good" and cs.label(3) == "c3: mostly labelled negative (66%) · good"
+
+
+def test_an_aligned_tag_shows_beside_the_words_not_instead_of_them(table):
+    tokens, assignments = table
+    x = np.arange(len(ROWS) * 3, dtype=np.float32).reshape(len(ROWS), 3)
+    cs = ConceptSet.from_assignments("kmeans", ArrayStore(x, tokens, chunk_rows=4), assignments, 4, CLASSES)
+    cs.tag_names = {0: "ADJ (POS, from tags)", 3: "negative (sentiment, from tags)"}
+    assert cs.label(0) == "c0: good — ADJ (POS, from tags)"
+    assert cs.label(3) == "c3: mostly labelled negative (66%) · good"  # a prediction concept is named by its members
+
+
+def test_a_prediction_concepts_class_phrase_counts_what_the_model_predicted(table):
+    """Concept 3 holds the predictions of texts 0 (labelled positive), 1 and 2 (labelled
+    negative); the model predicted positive for texts 0 and 1: its name counts those predictions,
+    not the labels (a positive review the model called negative is no 'negative' member)."""
+    from vqlc_core.methods.naming import predicted_class_counts
+
+    tokens, assignments = table
+    x = np.arange(len(ROWS) * 3, dtype=np.float32).reshape(len(ROWS), 3)
+    cs = ConceptSet.from_assignments("kmeans", ArrayStore(x, tokens, chunk_rows=4), assignments, 4, CLASSES)
+    predicted = np.array([None] * len(ROWS), dtype=object)
+    predicted[[2, 6, 8]] = ["positive", "positive", "negative"]  # the [PRED] rows of texts 0, 1, 2
+    cs.predicted_counts = predicted_class_counts(assignments, predicted, np.arange(len(ROWS)))
+    assert cs.predicted_counts == {3: {"positive": 2, "negative": 1}}
+    assert cs.label(3) == "c3: mostly predicted positive (66%) · good"
+    only_train = predicted_class_counts(assignments, predicted, np.arange(7))  # text 2 left out
+    assert only_train == {3: {"positive": 2}}
 
 
 def test_a_concept_set_iterates_the_records_of_its_concepts_with_members(table):

@@ -47,12 +47,15 @@ def test_content_words_of_sentences_leave_out_stop_words_short_tokens_numbers_an
 def test_class_phrase_says_mostly_or_mixed():
     assert class_phrase({"positive": 93, "negative": 7}) == "mostly positive (93%)"
     assert class_phrase({"positive": 11, "negative": 9}) == "mixed (55% positive)"
+    assert class_phrase({"positive": 93, "negative": 7}, what="predicted ") == "mostly predicted positive (93%)"
+    assert class_phrase({"positive": 11, "negative": 9}, what="predicted ") == "mixed (55% predicted positive)"
 
 
 def test_content_words_read_a_label_after_its_class_phrase():
     assert content_words("c405: mostly positive (93%) · gorgeous, a, x, 10", ("positive",)) == ["gorgeous"]
     assert content_words("c3: ., a, an") == []
     assert content_words("c7: oscar, award, the") == ["oscar", "award"]
+    assert content_words("c7: intriguing, quirky, the — JJ (Penn tag, from tags)") == ["intriguing", "quirky"]
 
 
 def test_the_summary_names_prediction_concepts_by_their_sentences():
@@ -83,7 +86,7 @@ def test_a_prediction_concept_on_the_apptest_run_is_named_by_its_prediction_memb
     row = cs.summary.loc[k]
     assert k >= run.cfg.methods.n_concepts and int(row["n_pred"]) == int(row["size"]) > 0  # its own set
     label = top.label
-    assert label.startswith(f"c{k}: mostly ") or label.startswith(f"c{k}: mixed ")
+    assert label.startswith(f"c{k}: mostly predicted ") or label.startswith(f"c{k}: mixed (")
     words = content_words(label, run.class_names)
     assert words
     # every name word is in the sentences of its train prediction members

@@ -1,6 +1,6 @@
 """The fit rows a concept gets: a sentence when a small data set meets a large K, none otherwise."""
 
-from vqlc_core.methods.sizing import MIN_ROWS_PER_CONCEPT, size_notes, suggested_count
+from vqlc_core.methods.sizing import SUGGESTED_ROWS_PER_CONCEPT, size_notes, suggested_count
 
 
 def test_a_small_data_set_with_the_default_k_gets_one_sentence_per_set_with_a_number_to_pass():
@@ -8,14 +8,15 @@ def test_a_small_data_set_with_the_default_k_gets_one_sentence_per_set_with_a_nu
     notes = size_notes(1424, 240, 400, 20)
     assert len(notes) == 2
     assert "400 word concepts on 1,424 fit rows is 3.6 rows a concept" in notes[0]
-    assert f"--n-concepts {1424 // MIN_ROWS_PER_CONCEPT}" in notes[0]
+    assert f"--n-concepts {1424 // SUGGESTED_ROWS_PER_CONCEPT}" in notes[0]
     assert "20 prediction concepts on 240 fit rows is 12.0 rows a concept" in notes[1]
     assert "--prediction-concepts 12" in notes[1]
 
 
 def test_the_full_default_data_set_gets_no_sentence():
-    # the default run's fit set: tens of thousands of word rows, 3,200 train predictions
-    assert size_notes(60000, 3200, 400, 20) == []
+    # the default preset's fit set (as its build logs it): 6,800 word rows, 3,200 train predictions
+    assert size_notes(6800, 3200, 400, 20) == []
+    assert len(size_notes(5500, 3200, 400, 20)) == 1  # 13.8 rows a concept
 
 
 def test_without_prediction_concepts_k_is_counted_over_every_row():
@@ -24,5 +25,5 @@ def test_without_prediction_concepts_k_is_counted_over_every_row():
 
 
 def test_the_suggestion_gives_about_the_threshold_and_never_fewer_than_two():
-    assert suggested_count(1424) == 71 and 1424 / suggested_count(1424) >= MIN_ROWS_PER_CONCEPT
+    assert suggested_count(1424) == 71 and 1424 / suggested_count(1424) >= SUGGESTED_ROWS_PER_CONCEPT
     assert suggested_count(10) == 2

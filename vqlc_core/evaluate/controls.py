@@ -6,7 +6,8 @@ concept(s) of the same method whose ablation removes the energy closest to the t
 directions as the target's span), and random directions drawn from the train states'
 distribution N(0, Σ_train) chosen the same way. A drop is then compared with a drop of the same
 size of cut: a target that removes 10% of the energy says nothing against a control that removes
-1%.
+1%. The prediction concept's other concepts are those that hold train predictions
+(`prediction_pool`); its class direction (`class_directions`) is not matched in energy.
 """
 
 from __future__ import annotations
@@ -96,3 +97,21 @@ def matched_basis(h: np.ndarray, unit: np.ndarray, allowed: np.ndarray, target_v
     single = unit_energy(h, unit) if single is None else single
     pick = match_energy(h, unit, single, allowed, span_energy(h, target.double().numpy()), len(target), rng)
     return None if pick is None else orthonormal_basis(unit[pick])
+
+
+def prediction_pool(c: dict, k: int) -> np.ndarray:
+    """(K,) bool: the concepts a prediction concept k's energy-matched concept is drawn from, the
+    method's other usable concepts that hold train predictions (`faithfulness.concept_arrays`):
+    with prediction concepts of their own (`methods.split`) exactly the other prediction concepts,
+    in one shared set the concepts some train prediction falls into. None allowed: no control."""
+    return c["usable"] & c["prediction"] & (c["ids"] != k)
+
+
+def class_directions(class_means: np.ndarray | None, mean: np.ndarray) -> list[torch.Tensor | None] | None:
+    """Per class, the orthonormal basis of its train predictions' mean state centred on the train
+    mean `mean` (None for a class the model never predicted on train); None without class means."""
+    if class_means is None:
+        return None
+    return [orthonormal_basis(np.asarray(v, dtype=np.float32) - mean) if np.isfinite(v).all() else None
+            for v in np.asarray(class_means, dtype=np.float64)]
+

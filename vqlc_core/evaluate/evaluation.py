@@ -152,7 +152,25 @@ def train_covariance(store, n: int = 20000, seed: int = 0) -> np.ndarray:
     return np.cov(x, rowvar=False)
 
 
-def evaluate(run) -> dict:
+def prediction_class_means(store, predicted: np.ndarray) -> np.ndarray:
+    """(C, d) mean state of the store's train prediction rows whose text the model gave class c
+    (`predicted`: each text's predicted class, in text order); NaN rows for a class never
+    predicted on train. The class direction of the faithfulness table is this row centred."""
+    tokens = store.tokens
+    rows = np.flatnonzero(((tokens["split"] == "train") & (tokens["kind"] == "pred")).to_numpy())
+    predicted = np.asarray(predicted, dtype=np.int64)
+    cls = predicted[tokens["text_id"].to_numpy()[rows]]
+    n_classes = int(predicted.max()) + 1 if len(predicted) else 0
+    sums, counts = np.zeros((n_classes, store.dim)), np.bincount(cls, minlength=n_classes).astype(np.float64)
+    start = 0
+    for x in store.iter_batches(16384, shuffle=False, rows=rows):  # ascending rows, as `rows` is
+        np.add.at(sums, cls[start : start + len(x)], x.double().numpy())
+        start += len(x)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return sums / counts[:, None]
+
+
+def evaluate(run, predicted: np.ndarray | None = None) -> dict:
     """Write eval/measures.json, the per-sentence faithfulness rows of every method and seed
     (eval/faithfulness_rows.parquet), their summary with 95% intervals (eval/faithfulness.parquet),
     per predicted class (eval/faithfulness_by_class.parquet), each target against its
@@ -162,12 +180,15 @@ def evaluate(run) -> dict:
     (eval/instrument_rows.parquet) and their differences from their controls
     (eval/instrument.parquet, eval/instrument_by_class.parquet). The instruments cut at every
     position only: on decoder-frozen the cut at the pooled position alone gave the same
-    differences within 0.01 (bench/results/instrument_decoder-frozen.md)."""
+    differences within 0.01 (bench/results/instrument_decoder-frozen.md). With `predicted` (each
+    text's predicted class, in text order) the prediction concept is also compared with the class
+    direction (`prediction_class_means`)."""
     cfg = run.cfg
     built = run.methods_built()
     texts = run.texts
     test = faithfulness_sentences(texts, cfg.eval.faithfulness_texts, cfg.seed)
     cov = train_covariance(run.store, seed=cfg.seed)
+    class_means = prediction_class_means(run.store, predicted) if predicted is not None else None
     measures, parts, instrumented = {}, [], []
     n_instrument = min(cfg.eval.instrument_texts, len(test))
     probe = fit_probe(run.store, seed=cfg.seed) if n_instrument else None
@@ -178,7 +199,7 @@ def evaluate(run) -> dict:
     for i, seed in enumerate(cfg.method_seeds):
         methods = {m: (run.method(m, seed), run.concept_set(m, seed)) for m in built}
         explainer = run.explainer(methods)
-        rows = faithfulness(explainer, test, seed=seed, cov=cov)
+        rows = faithfulness(explainer, test, seed=seed, cov=cov, class_means=class_means)
         if i == 0:
             measures = {m: method_measures(run, method, cs) for m, (method, cs) in methods.items()}
             ig = completeness_summary(rows.attrs["ig_completeness"], cfg.eval.ig_steps, rows.attrs["ig_baseline_proba"],

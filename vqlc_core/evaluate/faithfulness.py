@@ -13,8 +13,13 @@ concept is only worth its drop against controls that remove comparable energy.
 
 Energy-matched controls (`MATCHED`, drawn by `controls`), per method and sentence, for the
 prediction concept and for the salient-word concepts: the other concept(s) of the same method,
-and random directions from N(0, Σ_train), that remove the energy closest to the target's. A drop
-is then compared with a drop of the same size of cut (`matched_differences`).
+and random directions from N(0, Σ_train), that remove the energy closest to the target's. The
+prediction concept's matched concept is drawn from the method's other prediction concepts (those
+that hold train predictions, `prediction_pool`): a word concept carries less class information,
+so it would be a weaker control. A drop is then compared with a drop of the same size of cut
+(`matched_differences`). The prediction concept is also compared with the class direction
+(`CLASS_DIRECTION`, method "control": the centred mean of the train predictions of the sentence's
+predicted class); a prediction concept that does no more than it says no more than the class.
 
 Texts run in length-sorted batches: one forward gives layer-l states and probabilities, one
 batched attribution pass finds each text's salient words, and every ablation of a batch (all
@@ -33,7 +38,8 @@ from tqdm.auto import tqdm
 
 from vqlc_core.base.runio import RunError
 from vqlc_core.base.stats import N_BOOT, crossed_means, interval
-from vqlc_core.evaluate.controls import direction_bank, matched_basis, removed_energy, unit_energy
+from vqlc_core.evaluate.controls import (class_directions, direction_bank, matched_basis, prediction_pool,
+                                         removed_energy, unit_energy)
 from vqlc_core.explain.ablation import orthonormal_basis, project_out
 from vqlc_core.explain.explainer import Explainer
 
@@ -46,7 +52,10 @@ MATCHED = {PREDICTION: ("prediction: matched concept", "prediction: matched dire
 ALL_TARGETS = TARGETS + tuple(t for pair in MATCHED.values() for t in pair)
 CONTROL = "control"  # the method name of the rows that do not depend on a concept method
 GLOBAL_MEAN, RANDOM_DIRECTION = "global mean", "random direction"
-CONTROLS = (GLOBAL_MEAN, RANDOM_DIRECTION)
+CLASS_DIRECTION = "class direction"  # a control row only where the class means are given (`faithfulness`)
+CONTROLS = (GLOBAL_MEAN, RANDOM_DIRECTION, CLASS_DIRECTION)
+# target -> controls of method CONTROL it is also compared with, sentence by sentence (`matched_differences`)
+CLASS_CONTROLS = {PREDICTION: (CLASS_DIRECTION,)}
 COLUMNS = ["method", "target", "text_index", "predicted", "conf_drop", "flipped", "energy", "n_directions"]
 
 
@@ -82,16 +91,18 @@ def concept_arrays(cs) -> dict:
     dirs = cs.directions(ids)
     norms = np.linalg.norm(dirs.astype(np.float64), axis=1)
     sizes = cs.sizes
+    n_pred = cs.summary["n_pred"].to_numpy()
     return {"ids": ids, "dirs": dirs, "uncentred": cs.directions(ids, centred=False),
             "unit": dirs.astype(np.float64) / np.maximum(norms, 1e-30)[:, None],
-            "usable": (sizes > 0) & (norms > 0), "with_members": np.flatnonzero(sizes > 0)}
+            "usable": (sizes > 0) & (norms > 0), "with_members": np.flatnonzero(sizes > 0),
+            "prediction": (sizes > 0) & (n_pred > 0)}  # concepts that hold train predictions
 
 
 # --- the table -------------------------------------------------------------------------------
 
 def faithfulness(explainer: Explainer, texts: list[str], seed: int = 0, progress: bool = True,
                  max_texts: int | None = None, batch_size: int = 32, salient: str = "ig",
-                 cov: np.ndarray | None = None) -> pd.DataFrame:
+                 cov: np.ndarray | None = None, class_means: np.ndarray | None = None) -> pd.DataFrame:
     """One row per (method, target, sentence) with columns `COLUMNS`: conf_drop (old minus new
     probability of the originally predicted class), flipped (the predicted class changed),
     energy (share of the pooled layer-l representation's ||h||² the projection removed) and
@@ -100,7 +111,9 @@ def faithfulness(explainer: Explainer, texts: list[str], seed: int = 0, progress
 
     Targets per method: `TARGETS` and the energy-matched controls of `MATCHED` (the matched
     directions only with `cov`, the train states' covariance (d, d), from which they are drawn:
-    `controls.direction_bank`); the controls `CONTROLS` once, as method "control". The
+    `controls.direction_bank`); the controls `CONTROLS` once, as method "control", the class
+    direction only with `class_means` (C, d), the mean state of the train prediction rows of each
+    class the model predicted (`prediction_class_means`). The
     salient words are the Explain page's (Integrated Gradients with the explainer's `ig_steps`,
     or salient="grad_x_input" for one gradient); a sentence without an eligible salient word
     has no salient-word row. The random concept (another concept with train members) and the
@@ -124,12 +137,14 @@ def faithfulness(explainer: Explainer, texts: list[str], seed: int = 0, progress
                        "rebuild this method's stage.")
     mean_basis = orthonormal_basis(mean)
     bank = direction_bank(cov, seed=seed) if cov is not None else None
+    by_class = class_directions(class_means, np.asarray(mean, dtype=np.float64))
 
     order = sorted(keep, key=lambda i: -len(texts[i]))
     batches = [order[b : b + batch_size] for b in range(0, len(order), batch_size)]
     with bb.lock:
         for idx in tqdm(batches, desc="faithfulness", disable=not progress):
-            rows, attr, pred = _batch(explainer, [texts[i] for i in idx], idx, seed, salient, mean_basis, d, bank)
+            rows, attr, pred = _batch(explainer, [texts[i] for i in idx], idx, seed, salient, mean_basis, d, bank,
+                                      by_class)
             out += rows
             errors += [float(e) for e in attr.completeness_error]
             if attr.baseline_proba is not None:
@@ -147,7 +162,8 @@ def faithfulness(explainer: Explainer, texts: list[str], seed: int = 0, progress
 
 
 def _batch(explainer: Explainer, batch: list[str], text_index: list[int], seed: int, how: str,
-           mean_basis: torch.Tensor, d: int, bank: np.ndarray | None = None) -> tuple[list[dict], object, np.ndarray]:
+           mean_basis: torch.Tensor, d: int, bank: np.ndarray | None = None,
+           by_class: list[torch.Tensor | None] | None = None) -> tuple[list[dict], object, np.ndarray]:
     """The rows of one batch of texts (see `faithfulness`), the batch's Attribution and its
     predicted classes."""
     bb = explainer.backbone
@@ -164,6 +180,8 @@ def _batch(explainer: Explainer, batch: list[str], text_index: list[int], seed: 
     runs.append((CONTROL, GLOBAL_MEAN, [mean_basis] * B))
     runs.append((CONTROL, RANDOM_DIRECTION, [orthonormal_basis(text_rng(seed, CONTROL, t).standard_normal(d))
                                                for t in text_index]))
+    if by_class is not None:  # the predicted class's direction (train predictions of that class)
+        runs.append((CONTROL, CLASS_DIRECTION, [by_class[int(p)] if int(p) < len(by_class) else None for p in pred]))
     hp = pooled.double().numpy()  # (B, d)
     # each text's energy along every bank direction, shared by every method's matched directions
     bank_single = [unit_energy(hp[b], bank) for b in range(B)] if bank is not None else None
@@ -180,7 +198,7 @@ def _batch(explainer: Explainer, batch: list[str], text_index: list[int], seed: 
             target = orthonormal_basis(c["dirs"][[k]])
             pred_c.append(target)
             pred_u.append(orthonormal_basis(c["uncentred"][[k]]))
-            m_pred_c.append(matched_basis(hp[b], c["unit"], c["usable"] & (c["ids"] != k), None, rng, single, target))
+            m_pred_c.append(matched_basis(hp[b], c["unit"], prediction_pool(c, k), None, rng, single, target))
             m_pred_d.append(matched_basis(hp[b], bank, everywhere, None, rng, bank_single[b], target)
                             if bank is not None else None)
             if salient[b]:
@@ -286,7 +304,9 @@ def matched_differences(rows: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 0,
     the target's drop minus its energy-matched control's (the matched other concept(s), the
     matched N(0, Σ) direction(s)) on the same sentences and seeds, with 95% crossed-bootstrap
     intervals and both mean energies. Above zero: the concept matters more than an equally large
-    cut. by_class=True: one row per predicted class too."""
+    cut. A target of `CLASS_CONTROLS` is also compared with those rows of method "control" (the
+    prediction concept with the class direction), where the rows hold them. by_class=True: one
+    row per predicted class too."""
     cols = ["method", "target", "control", *(["predicted"] if by_class else []), "n_pairs", "n_sentences", "n_seeds",
             "diff_conf_drop", "diff_conf_drop_low", "diff_conf_drop_high", "diff_flip_rate", "diff_flip_rate_low",
             "diff_flip_rate_high", "energy_a", "energy_b"]
@@ -295,10 +315,10 @@ def matched_differences(rows: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 0,
     for method in dict.fromkeys(rows["method"]):
         if method == CONTROL:
             continue
-        mine = rows[rows["method"] == method]
+        mine, shared = rows[rows["method"] == method], rows[rows["method"] == CONTROL]
         for target, controls in MATCHED.items():
-            for control in controls:
-                a, b = mine[mine["target"] == target], mine[mine["target"] == control]
+            for control, pool in [(c, mine) for c in controls] + [(c, shared) for c in CLASS_CONTROLS.get(target, ())]:
+                a, b = mine[mine["target"] == target], pool[pool["target"] == control]
                 groups = ([(c, a[a["predicted"] == c], b[b["predicted"] == c]) for c in sorted(a["predicted"].unique())]
                           if by_class else [(None, a, b)])
                 for c, ga, gb in groups:

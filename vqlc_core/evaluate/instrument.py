@@ -30,9 +30,9 @@ from sklearn.linear_model import LogisticRegression
 from tqdm.auto import tqdm
 
 from vqlc_core.base.stats import N_BOOT
-from vqlc_core.evaluate.controls import direction_bank, matched_basis, unit_energy
-from vqlc_core.evaluate.faithfulness import (MATCHED, PREDICTION, concept_arrays, group_rng, paired_rows, text_rng,
-                                             stack_bases)
+from vqlc_core.evaluate.controls import direction_bank, matched_basis, prediction_pool, unit_energy
+from vqlc_core.evaluate.faithfulness import (MATCHED, PREDICTION, concept_arrays, group_rng, paired_rows, stack_bases,
+                                             text_rng)
 from vqlc_core.explain.ablation import orthonormal_basis, project_out
 from vqlc_core.explain.attribution import pooled_positions
 
@@ -99,7 +99,7 @@ def prediction_bases(explainer, pooled: torch.Tensor, text_index: list[int], see
             rng = text_rng(seed, name + ":matched", text_index[b])
             target = orthonormal_basis(c["dirs"][[k]])
             got[CUT_TARGETS[0]].append(target)
-            got[CUT_TARGETS[1]].append(matched_basis(hp[b], c["unit"], c["usable"] & (c["ids"] != k), None, rng,
+            got[CUT_TARGETS[1]].append(matched_basis(hp[b], c["unit"], prediction_pool(c, k), None, rng,
                                                      unit_energy(hp[b], c["unit"]), target))
             if bank is not None:
                 got[CUT_TARGETS[2]].append(matched_basis(hp[b], bank, np.ones(len(bank), bool), None, rng,

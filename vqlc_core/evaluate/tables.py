@@ -221,8 +221,10 @@ def run_tables(run, align_threshold: float = ALIGN_THRESHOLD) -> str:
     parts = [summary_line(run), baseline_line(run), "Faithfulness (ablation at layer l, per test sentence and seed):",
              faithfulness_table(run),
              "Against energy-matched controls (target minus control, same sentences and seeds; the control is the "
-             "other concept(s) of the same method, or the N(0, Σ_train) direction(s), whose ablation removes the "
-             "energy closest to the target's):", matched_table(run),
+             "other concept(s) of the same method, for the prediction concept another concept that holds train "
+             "predictions, or the N(0, Σ_train) direction(s), whose ablation removes the energy closest to the "
+             "target's; and for the prediction concept the class direction, the centred mean of the train "
+             "predictions of the sentence's predicted class, which is not matched in energy):", matched_table(run),
              "Against energy-matched controls, per predicted class:", matched_table(run, by_class=True),
              "Beyond the single cut (the prediction concept cut by a fraction α, a probe of the pooled states, "
              "ERASER comprehensiveness and sufficiency; target minus control):", instrument_table(run),

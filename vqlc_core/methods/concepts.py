@@ -132,6 +132,8 @@ class ConceptSet:
     mean: np.ndarray | None = None  # (d,) mean state of the train rows; None in sets saved before it existed
     labels: object = field(default=None, repr=False, compare=False)  # a labels.LabelBook, see Run.concept_set
     tag_names: dict = field(default_factory=dict, repr=False, compare=False)  # concept -> aligned tag, see Run
+    # concept -> {class: count} of its train prediction members by the model's predicted class (see Run)
+    predicted_counts: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def n_concepts(self) -> int:
@@ -262,21 +264,26 @@ class ConceptSet:
         row = self.summary.loc[k]
         if int(row["size"]) and is_prediction_concept(row):
             words = [w for w, _ in self.sentence_words(k, n)]
-            return class_phrase(json.loads(row["class_counts"])) + (" · " + ", ".join(words) if words else "")
+            # what the model predicted for its train members where known, else their true labels
+            counts = self.predicted_counts.get(int(k))
+            phrase = (class_phrase(counts, what="predicted ") if counts
+                      else class_phrase(json.loads(row["class_counts"]), what="labelled "))
+            return phrase + (" · " + ", ".join(words) if words else "")
         words = [w for w, _ in self.distinctive_words(k, n)]
         return ", ".join(words) if words else "(no train members)"
 
     def label(self, k: int, n: int = 3) -> str:
         """A short human name for concept k: its label (`vqlc label`, or one the user wrote, marked
-        '(edited)') when it has one; for a prediction concept its `name` (its members' classes and
-        sentences); else the linguistic tag it is aligned with, marked 'from tags'
-        (`tag_alignment`), else its `name` (its `n` most distinctive words)."""
+        '(edited)') when it has one; else its `name` (for a prediction concept its members' classes
+        and sentences, for any other its `n` most distinctive words), followed for a word concept
+        aligned with a linguistic tag by that tag, marked 'from tags' (`tag_alignment`), after
+        `TAG_BADGE`: "c7: intriguing, quirky, interesting — JJ (Penn tag, from tags)"."""
         k = int(k)
         name = self.labels.name(k) if self.labels is not None else None
         if name:
             return f"c{k}: {name}"
         if k in self.tag_names and not is_prediction_concept(self.summary.loc[k]):
-            return f"c{k}: {self.tag_names[k]}"
+            return f"c{k}: {self.name(k, n)}{TAG_BADGE}{self.tag_names[k]}"  # the words, the tag beside them
         return f"c{k}: {self.name(k, n)}"
 
     def save(self, path: str | Path) -> None:
@@ -320,6 +327,9 @@ def prediction_examples(texts: pd.DataFrame, summary_row, n: int = 6) -> list[st
     ids = [int(t) for t, wi in json.loads(summary_row["examples"]) if int(wi) < 0][:n]
     text_of = texts.set_index("text_id")["text"]
     return [text_of[t] for t in ids if t in text_of.index]
+
+
+TAG_BADGE = " — "  # between a word concept's words and the tag it is aligned with (`ConceptSet.label`)
 
 
 def is_prediction_concept(summary_row) -> bool:

@@ -11,6 +11,7 @@ counts (`CountVectorizer`) and normalises; the raw frequencies stay in the summa
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 from scipy import sparse
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS, CountVectorizer
 from sklearn.preprocessing import normalize
@@ -88,26 +89,40 @@ def distinctive_content_words(docs: list[str], n: int = 30, exclude=(), min_coun
                 cv.get_feature_names_out(), n, min_count)
 
 
-def class_phrase(class_counts: dict, mostly: float = 0.6) -> str:
+def class_phrase(class_counts: dict, mostly: float = 0.6, what: str = "") -> str:
     """A prediction concept's classes in words: 'mostly positive (93%)', or 'mixed (55% positive)'
-    when no class holds `mostly` of its members."""
+    when no class holds `mostly` of its members; `what` goes before the class ('predicted ')."""
     total = sum(class_counts.values())
     if not total:
         return "no members"
     top, count = max(class_counts.items(), key=lambda kv: (kv[1], kv[0]))
     share = f"{int(np.floor(100 * count / total + 1e-9))}%"
-    return f"mostly {top} ({share})" if count / total >= mostly else f"mixed ({share} {top})"
+    return f"mostly {what}{top} ({share})" if count / total >= mostly else f"mixed ({share} {what}{top})"
 
 
 def content_words(label: str, exclude=()) -> list[str]:
     """The content words in a concept's label (`ConceptSet.label`): after the ' · ' of a
-    prediction concept's name (its class phrase is no content word), else the whole name; a
+    prediction concept's name (its class phrase is no content word), else the whole name, up to
+    the ' — ' before an aligned tag; a
     content word has two or more letters and is no English stop word and none of `exclude` (e.g.
     the class names)."""
     import re
 
-    body = label.split(": ", 1)[-1]
+    body = label.split(": ", 1)[-1].split(" — ", 1)[0]  # an aligned tag after " — " is no word of the name
     body = body.split(" · ", 1)[1] if " · " in body else body
     stop = STOP_WORDS | {str(w).lower() for w in exclude}
     return [w for w in (t.strip().lower() for t in body.split(","))
             if re.fullmatch(CONTENT_TOKEN, w) and w not in stop]
+
+
+def predicted_class_counts(assignments: np.ndarray, predicted, rows: np.ndarray) -> dict[int, dict[str, int]]:
+    """concept -> {class: count} over the store rows `rows` that have a predicted class
+    (`predicted`, one class name per store row, empty or None for a word row): what the model
+    predicted for the texts of a concept's train prediction members."""
+    rows = np.asarray(rows, dtype=np.int64)
+    names = pd.Series(np.asarray(predicted, dtype=object)[rows])
+    keep = names.notna().to_numpy() & (names.astype(str).str.len() > 0).to_numpy()
+    if not keep.any():
+        return {}
+    table = pd.crosstab(np.asarray(assignments)[rows][keep], names[keep].astype(str).to_numpy())
+    return {int(k): {str(c): int(v) for c, v in r.items() if v} for k, r in table.iterrows()}

@@ -29,6 +29,7 @@ from vqlc_core.explain.explainer import Explainer
 from vqlc_core.llm.labels import LabelBook
 from vqlc_core.methods.split import load_method
 from vqlc_core.methods.concepts import ConceptSet
+from vqlc_core.methods.naming import predicted_class_counts
 from vqlc_core.evaluate import tag_alignment
 
 FORMAT_VERSION = 3  # of the manifest and the run layout; 2: one config per stage, one method format;
@@ -183,6 +184,9 @@ class Run:
             cs.labels = LabelBook(self.dir, method)
         if self.tags is not None:  # an unlabelled concept is named by its aligned tag
             cs.tag_names = tag_alignment.tag_names(self.tag_profiles(method, seed, cs))
+            if "predicted" in self.tags.columns:  # a prediction concept's classes: what the model predicted
+                cs.predicted_counts = predicted_class_counts(cs.assignments, self.tags["predicted"].to_numpy(),
+                                                             self.train_rows)
         return cs
 
     @cached_property

@@ -211,7 +211,8 @@ def stage_method(run, name: str) -> dict:
 
 
 def stage_evaluate(run, name: str) -> dict:
-    return evaluate(run)
+    # each text's predicted class: the prediction concept's class-direction control is drawn from it
+    return evaluate(run, predicted=text_proba(run, run.classifier).argmax(1))
 
 
 def stage_maps(run, name: str) -> dict:
