@@ -37,7 +37,7 @@ with cols[0]:
 with cols[1]:
     st.markdown("**Prediction representation: top concepts**")
     st.dataframe(ex["methods"][method]["prediction_concepts"], hide_index=True, column_config={
-        "probability": st.column_config.NumberColumn("p (calibrated)", format="%.2f", help=browse.PROBABILITY_HELP)})
+        "probability": st.column_config.NumberColumn(browse.NEIGHBOUR_SHARE, format="%.2f", help=browse.PROBABILITY_HELP)})
     st.caption(browse.PROBABILITY_HELP)
     vqlc_ui.prediction_concept(run, method, ex)
     vqlc_ui.pin_button(run, method, text, key="pin_explain", ablated=ablated)

@@ -10,6 +10,7 @@ import html
 import plotly.express as px
 import streamlit as st
 
+from vqlc_core.evaluate import tables
 from vqlc_core.views import browse
 from vqlc_core.pipeline.run import Run
 
@@ -178,7 +179,14 @@ def prediction_concept(run: Run, method: str, ex: dict, n: int = 5) -> None:
     cs = concepts(rd, sp, method)
     with guard():
         members = prediction_members(rd, sp, method, k, n)
-    st.markdown(f"**Prediction concept {plain(cs.label(k))}**, shown by its train sentences nearest its vector:")
+    beyond = tables.beyond_the_class(run, method)
+    if beyond is None or beyond["adds"]:
+        st.markdown(f"**Prediction concept {plain(cs.label(k))}**, shown by its train sentences nearest its vector:")
+    else:  # on the test set it carries no more than the class: shown as company, not as a cause
+        st.markdown(f"**Training predictions like this one** ({plain(cs.label(k))}), its train sentences nearest its "
+                    "vector:")
+    if beyond is not None:
+        st.caption(plain(beyond["sentence"]))
     if members["texts"]:
         st.markdown("\n".join(f"- {plain(t)}" for t in members["texts"]))
     else:

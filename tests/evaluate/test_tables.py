@@ -123,3 +123,21 @@ def test_the_faithfulness_target_names_are_written_in_faithfulness_py_alone():
             found += [f"{path.relative_to(ROOT)}:{n.lineno} {n.value!r}" for n in ast.walk(ast.parse(path.read_text()))
                       if isinstance(n, ast.Constant) and n.value in names]
     assert not found, found
+
+
+def test_what_the_prediction_concept_adds_beyond_the_class_is_read_from_the_builds_table(apptest_run):
+    """The Explain page's sentence on the prediction concept: its drop minus the class direction's,
+    as the evaluate stage's matched table has it, and 'adds' only when the interval is above zero."""
+    from vqlc_core.evaluate.faithfulness import CLASS_DIRECTION
+    from vqlc_core.evaluate.tables import beyond_the_class
+
+    matched = read_parquet(apptest_run.dir / "eval" / "matched.parquet")
+    for m in apptest_run.methods_built():
+        got = beyond_the_class(apptest_run, m)
+        r = matched[(matched["method"] == m) & (matched["target"] == "prediction concept")
+                    & (matched["control"] == CLASS_DIRECTION)].iloc[0]
+        assert got["diff"] == pytest.approx(r["diff_conf_drop"]) and got["low"] == pytest.approx(r["diff_conf_drop_low"])
+        assert got["adds"] == (r["diff_conf_drop_low"] > 0)
+        said = "more than" if got["adds"] else "not measurably more than" if got["high"] >= 0 else "less than"
+        assert f"probability {said} ablating the class direction" in got["sentence"] and display_name(m) in got["sentence"]
+    assert beyond_the_class(apptest_run, "no-such-method") is None

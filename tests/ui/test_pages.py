@@ -130,6 +130,13 @@ def test_explain_shows_the_prediction_concept_by_its_nearest_train_sentences(cac
     share = f"Word rows: {browse.percent(shown['word_share'])} of its {shown['size']:,} train members."
     assert [i.value for i in at.info] == ([plain(note)] if note else [])
     assert (share in [c.value for c in at.caption]) == (note is None)
+    # a prediction concept that on the test set adds nothing beyond the class is shown as company, not as a cause
+    from vqlc_core.evaluate.tables import beyond_the_class
+
+    beyond = beyond_the_class(run, method)
+    heading = f"**Prediction concept {plain(cs.label(k))}**" if beyond["adds"] else "**Training predictions like this one**"
+    assert any(m.value.startswith(heading) for m in at.markdown)
+    assert plain(beyond["sentence"]) in [c.value for c in at.caption]
 
 
 @pytest.mark.slow

@@ -10,13 +10,13 @@ import math
 
 import pandas as pd
 
-from vqlc_core.evaluate.faithfulness import CONTROL, GLOBAL_MEAN, PREDICTION, RANDOM_CONCEPT, SALIENT, TARGETS
+from vqlc_core.evaluate.faithfulness import (CLASS_DIRECTION, CONTROL, GLOBAL_MEAN, PREDICTION, RANDOM_CONCEPT, SALIENT,
+                                             TARGETS)
 from vqlc_core.evaluate.instrument import ATTRIBUTION, COMPREHENSIVENESS, SUFFICIENCY
 from vqlc_core.evaluate.tag_alignment import ALIGN_THRESHOLD, alignment_markdown
 from vqlc_core.base.runio import RunError, read_json, read_parquet
 from vqlc_core.methods.base import display_name
 from vqlc_core.methods.registry import method_class
-
 
 
 def _num(x, digits: int = 3) -> str:
@@ -149,6 +149,28 @@ def instrument_table(run, by_class: bool = False) -> str:
                                               for a, b, e in zip(df["energy_a"], df["energy_b"], eraser)],
     })
     return _md(out)
+
+
+def beyond_the_class(run, method: str) -> dict | None:
+    """What the method's prediction concept adds beyond the predicted class, from the evaluate
+    stage's table: its drop minus the class direction's on the same test sentences and seeds
+    (diff, low, high: the 95% interval), whether the interval lies above zero (adds), and one
+    sentence that says so. None where the run has no class-direction row (built before it)."""
+    df = _read_optional(run, "matched.parquet")
+    if df.empty:
+        return None
+    hit = df[(df["method"] == method) & (df["target"] == PREDICTION) & (df["control"] == CLASS_DIRECTION)]
+    if hit.empty:
+        return None
+    r = hit.iloc[0]
+    diff, low, high = float(r["diff_conf_drop"]), float(r["diff_conf_drop_low"]), float(r["diff_conf_drop_high"])
+    adds = low > 0
+    said = "more than" if adds else "not measurably more than" if high >= 0 else "less than"
+    sentence = (f"On {int(r['n_sentences'])} test sentences ({int(r['n_seeds'])} seed(s)), ablating "
+                f"{display_name(method)}'s prediction concept lowers the predicted class's probability {said} ablating "
+                f"the class direction (the centred mean of the train predictions of that class): "
+                f"{_interval(diff, low, high)}.")
+    return {"diff": diff, "low": low, "high": high, "adds": adds, "sentence": sentence}
 
 
 def by_class_table(run) -> str:

@@ -149,8 +149,11 @@ def cost_table(measures: dict) -> pd.DataFrame:
 # --- the explanation side ----------------------------------------------------------------------
 
 # What the number beside a prediction concept is, in the pages' help.
-PROBABILITY_HELP = (f"p: the prediction concept's probability, {PROBABILITY_MEANS}; the method's own probabilities "
-                    "tempered with the temperature fitted on the dev split (its reliability table is in `vqlc report`).")
+PROBABILITY_HELP = (f"neighbour share: the method's probability for the prediction concept, {PROBABILITY_MEANS} "
+                    "(its own probabilities tempered on the dev split; the reliability table is in `vqlc report`). It "
+                    "says how tightly the method groups this prediction with its neighbours, not how much the concept "
+                    "carries the prediction: the ranked list above says that.")
+NEIGHBOUR_SHARE = "neighbour share"  # the column and card name of that number
 
 def shown_concepts(explanation: dict, method: str, n_prediction: int = 1) -> list[dict]:
     """The concepts an explanation puts forward for one method, each once: the prediction
@@ -160,7 +163,7 @@ def shown_concepts(explanation: dict, method: str, n_prediction: int = 1) -> lis
     out: dict[int, dict] = {}
     for c in m["prediction_concepts"][:n_prediction]:
         out[c["concept"]] = {"concept": c["concept"], "label": c["label"],
-                             "why": f"prediction concept (p = {c['probability']:.2f}, calibrated)"}
+                             "why": f"prediction concept ({NEIGHBOUR_SHARE} {c['probability']:.2f})"}
     for s in explanation["salient"]:
         c = s["concepts"][method]
         if c["concept"] in out:
