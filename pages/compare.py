@@ -30,7 +30,7 @@ for col, m in zip(st.columns(len(methods)), methods):
         cs = vqlc_ui.concepts(rd, sp, m)
         ids = ex["methods"][m]["word_concepts"]
         vqlc_ui.colored_sentence(text, ex["words"], ids, browse.word_labels(ex, m, cs.label))
-        vqlc_ui.contributions(ex, m, key=f"compare_{m}")
+        vqlc_ui.contributions(ex, m, key=f"compare_{m}", run=run)
         ablated = vqlc_ui.ablation_panel(run, m, text, ex, cloud_width=110)
         vqlc_ui.pin_button(run, m, text, key=f"pin_{m}", ablated=ablated)
 

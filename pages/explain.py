@@ -27,7 +27,7 @@ salient = ", ".join(f"{s['word']} ({s['attribution']:.2f})" for s in ex["salient
 st.caption(f"Salient words (Integrated Gradients at layer {ex['layer']}): {html.escape(salient)}")
 
 st.subheader(f"What carries '{vqlc_ui.plain(ex['prediction'])}'")
-vqlc_ui.contributions(ex, method, key=f"explain_{method}")
+vqlc_ui.contributions(ex, method, key=f"explain_{method}", run=run)
 st.subheader("Concepts behind the prediction")
 st.caption("Toggle concepts to project them out of layer "
            f"{ex['layer']} together and see the new prediction.")

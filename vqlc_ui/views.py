@@ -39,16 +39,21 @@ def colored_sentence(text: str, words: list[dict], concept_ids: list[int], label
     st.html(f'<div class="vqlc-sentence" style="white-space:pre-wrap;line-height:2">{body}</div>')
 
 
-def contributions(ex: dict, method: str, key: str) -> None:
+def contributions(ex: dict, method: str, key: str, run: Run | None = None) -> None:
     """The input's concepts ranked by how much each carries the prediction (its single ablation's
     drop in p(predicted class), what its Ablate toggle shows), each with the input words it acts
     through, and the deletion curve as they are removed together in that order. An explanation
-    stored before contributions were computed shows a note instead."""
+    stored before contributions were computed shows a note instead. With the `run`, the
+    prediction concept's line says when, on the test set, its cut does no more than the class
+    direction's (`tables.beyond_the_class`)."""
     m = ex["methods"][method]
     if m.get("contributions") is None:
         st.caption("This explanation was stored without concept contributions; type the sentence again.")
         return
     words, pred = ex["words"], ex["prediction"]
+    beyond = tables.beyond_the_class(run, method) if run is not None else None
+    like_class = (" — training predictions like this one: on the test set this cut does no more than the class "
+                  "direction's") if beyond is not None and not beyond["adds"] else ""
     lines = []
     for c in m["contributions"]:
         # literal_html: a word, label or class name is shown as typed (a `$` pair is no math)
@@ -57,7 +62,8 @@ def contributions(ex: dict, method: str, key: str) -> None:
         side = "supports" if c["score"] >= 0 else "opposes"
         lines.append(f"- `{c['score']:+.3f}` {side} **{literal_html(html.escape(pred))}**: "
                      f"{literal_html(html.escape(c['label']))} — via {where}"
-                     f" (ablated alone: {literal_html(html.escape(c['ablated_prediction']))}, p = {c['ablated_proba']:.3f})")
+                     f" (ablated alone: {literal_html(html.escape(c['ablated_prediction']))}, p = {c['ablated_proba']:.3f})"
+                     + (like_class if "prediction" in c["kind"] else ""))
     st.markdown("\n".join(lines), unsafe_allow_html=True)
     st.caption(f"Score: p('{plain(pred)}') minus p('{plain(pred)}') with the concept alone projected out of layer "
                f"{ex['layer']}. All together: drop {m['joint']:+.3f}; interaction share {m['interaction']:.2f} "

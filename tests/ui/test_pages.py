@@ -112,6 +112,10 @@ def test_explain_leads_with_the_inputs_concepts_ranked_by_their_signed_contribut
     (ranked,) = [m.value for m in at.markdown if "supports" in m.value or "opposes" in m.value]
     scores = [float(line.split("`")[1]) for line in ranked.splitlines()]
     assert scores == sorted(scores, reverse=True) and len(scores) >= 2
+    from vqlc_core.evaluate.tables import beyond_the_class
+
+    said = [line for line in ranked.splitlines() if "training predictions like this one" in line]
+    assert len(said) == (0 if beyond_the_class(cache_env, "vqlc")["adds"] else 1)  # the prediction concept's line
 
 
 @pytest.mark.slow
