@@ -234,6 +234,9 @@ def test_the_ablation_result_is_in_view_beside_each_toggle(page, height):
     toggles = page.locator('[data-testid="stCheckbox"]').filter(has_text="Ablate")
     result = page.locator('[data-testid="stMetric"]').filter(has_text="Ablated")
     for i in range(toggles.count()):
+        # as a reader brings a card into view: in the window, not flush with its edge (a click's own
+        # scroll leaves it there, and the rerun's redraw can then move it a pixel or two out)
+        toggles.nth(i).evaluate("e => e.scrollIntoView({block: 'center'})")
         toggles.nth(i).get_by_text("Ablate").click()
         expect(result.filter(has_text=f"Ablated {i + 1}: prediction")).to_be_visible()
         idle(page)
