@@ -267,6 +267,22 @@ def test_pages_explain_and_stop_without_a_built_run(tmp_path, monkeypatch):
     assert at.button[0].label == "Build 'default'"
 
 
+@pytest.mark.slow
+def test_the_build_page_says_when_a_runs_concepts_average_few_fit_rows(cache_env):
+    """The apptest run fits 20 prediction concepts on its 240 train predictions (12 rows a
+    concept): the fitset stage wrote one sentence with the number to pass, and the Build page
+    shows it beside the run's name."""
+    from vqlc_core.methods.sizing import size_notes
+
+    fit = cache_env.manifest.data["stages"]["fitset"]
+    m = cache_env.cfg.methods
+    want = size_notes(fit["n_rows"] - fit["n_prediction_rows"], fit["n_prediction_rows"], m.n_concepts,
+                      m.prediction_concepts)
+    assert fit["size_notes"] == want and any("--prediction-concepts 12" in n for n in want)
+    at = rendered(page("build"), "build (size notes)")
+    assert f"{RUN}: {' '.join(want)}" in [i.value.replace("\\", "") for i in at.info]
+
+
 def test_a_broken_run_is_one_sentence_not_a_traceback(tmp_path, monkeypatch):
     bad = tmp_path / "runs" / "old"
     bad.mkdir(parents=True)
