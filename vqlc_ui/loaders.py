@@ -100,6 +100,12 @@ def instruments(run_dir: str, _stamp: int):
     return tables.instrument_table(run), (None if rows.empty else instrument.dose_curves(rows))
 
 
+@st.cache_data(show_spinner=False, max_entries=32)
+def beyond_the_class(run_dir: str, _stamp: int, method: str) -> dict | None:
+    """`tables.beyond_the_class` read once per run and method, not on every rerun of Explain or Compare."""
+    return tables.beyond_the_class(load_run(run_dir, _stamp), method)
+
+
 @st.cache_data(show_spinner=False, max_entries=8)
 def evaluation(run_dir: str, _stamp: int):
     run = load_run(run_dir, _stamp)

@@ -10,7 +10,6 @@ import html
 import plotly.express as px
 import streamlit as st
 
-from vqlc_core.evaluate import tables
 from vqlc_core.views import browse
 from vqlc_core.pipeline.run import Run
 
@@ -19,7 +18,7 @@ from vqlc_core.evaluate.features import activation_html
 from vqlc_core.data.corpus import member_contexts
 from vqlc_core.methods.concepts import prediction_examples
 
-from .loaders import (ablate, cloud, concepts, feature_contexts, prediction_members, stamp, texts, thumbnail, tokens,
+from .loaders import (ablate, beyond_the_class, cloud, concepts, feature_contexts, prediction_members, stamp, texts, thumbnail, tokens,
                       top_activations)
 from .escape import literal_html, plain
 from .tags import tags_caption
@@ -51,7 +50,7 @@ def contributions(ex: dict, method: str, key: str, run: Run | None = None) -> No
         st.caption("This explanation was stored without concept contributions; type the sentence again.")
         return
     words, pred = ex["words"], ex["prediction"]
-    beyond = tables.beyond_the_class(run, method) if run is not None else None
+    beyond = beyond_the_class(str(run.dir), stamp(run), method) if run is not None else None
     like_class = (" — training predictions like this one: on the test set this cut does no more than the class "
                   "direction's") if beyond is not None and not beyond["adds"] else ""
     lines = []
@@ -185,7 +184,7 @@ def prediction_concept(run: Run, method: str, ex: dict, n: int = 5) -> None:
     cs = concepts(rd, sp, method)
     with guard():
         members = prediction_members(rd, sp, method, k, n)
-    beyond = tables.beyond_the_class(run, method)
+    beyond = beyond_the_class(rd, sp, method)
     if beyond is None or beyond["adds"]:
         st.markdown(f"**Prediction concept {plain(cs.label(k))}**, shown by its train sentences nearest its vector:")
     else:  # on the test set it carries no more than the class: shown as company, not as a cause
