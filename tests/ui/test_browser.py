@@ -79,6 +79,21 @@ def idle(pg) -> None:
     pg.wait_for_timeout(200)
 
 
+def still(pg) -> None:
+    """Wait until no animation runs on the page. An expander animates its height (the Web
+    Animations API) when it opens and again when its content's height changes, and the layout
+    below it moves meanwhile: on a loaded machine a click pressed before the move and released
+    after it lands on the container, and the button under it never fires (seen with the label
+    form's Save, one run in ten beside busy loops)."""
+    pg.wait_for_function("() => document.getAnimations().every(a => a.playState !== 'running')", timeout=LONG)
+
+
+def open_expander(pg, label) -> None:
+    """Open the expander whose summary reads `label` and wait until it has stopped growing."""
+    pg.get_by_text(label).click()
+    still(pg)
+
+
 def open_page(pg, path: str, title: str) -> None:
     pg.goto(f"{pg.base}/{path}")
     expect(pg.get_by_role("heading", name=title)).to_be_visible()
@@ -274,10 +289,11 @@ def test_text_that_cannot_be_sent_as_typed_is_cleaned_and_explained(page, text, 
 def test_a_label_written_on_a_concept_names_it_on_its_card(page):
     open_page(page, "?run=apptest&method=vqlc&concept=3", "Concepts: vqlc")
     main = page.locator('[data-testid="stMain"]')
-    page.get_by_text("Write a label").click()
+    open_expander(page, "Write a label")
     name = main.get_by_label("Name")
     expect(name).to_be_visible()
     name.fill("<i>thin</i> words")
+    still(page)
     page.get_by_role("button", name="Save the label").click()
     expect(page.get_by_role("heading", name="c3: <i>thin</i> words (edited)")).to_be_visible()
     idle(page)
@@ -377,10 +393,11 @@ def test_saving_a_label_says_so_on_the_page(page):
     4 s from when the browser draws it, and a browser busy redrawing the page on a loaded machine
     passed those seconds before a check saw it (the toast itself is checked in test_pages)."""
     open_page(page, "?run=apptest&method=vqlc&concept=5", "Concepts: vqlc")
-    page.get_by_text(re.compile("^(Write|Edit) a label$")).click()
+    open_expander(page, re.compile("^(Write|Edit) a label$"))
     name = page.locator('[data-testid="stMain"]').get_by_label("Name")
     expect(name).to_be_visible()
     name.fill("five words")
+    still(page)
     page.get_by_role("button", name="Save the label").click()
     main = page.locator('[data-testid="stMain"]')
     expect(main.locator('[data-testid="stAlert"]').filter(has_text="Label of c5 saved with the run")).to_be_visible()
