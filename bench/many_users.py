@@ -39,6 +39,9 @@ from results_io import write_result  # noqa: E402  (bench/ is on sys.path when a
 RESULTS = ROOT / "bench" / "results" / "many_users.json"
 WORDS = ["gorgeous", "dull", "witty", "tedious", "moving", "clumsy", "sharp", "bland", "warm", "cold"]
 ANSWER_TIMEOUT_MS = 90_000
+READY = """() => document.querySelector('[data-testid="stApp"]')?.dataset.testScriptState === 'notRunning'
+    && document.querySelector('[data-testid="stTextArea"] textarea') !== null
+    && !document.querySelector('[data-stale="true"], [data-testid^="stSkeleton"], [data-testid="stAppSkeleton"]')"""
 
 
 class _Typist:
@@ -79,6 +82,11 @@ class Session(_Typist):
         self.page = await self.context.new_page()
         await self.page.goto(f"{self.base}/explain")
         await expect(self.page.get_by_role("heading", name="Explain a prediction")).to_be_visible(timeout=ANSWER_TIMEOUT_MS)
+        # Open when a reader could type: the page's first run (the example's explanation, queued
+        # behind the other sessions' first runs) has ended and the text box, a lazily loaded
+        # component, is drawn. Waiting for the title alone left the first `fill` to find no box
+        # within playwright's 30 s on a loaded core (two runs in three beside a busy loop).
+        await self.page.wait_for_function(READY, timeout=ANSWER_TIMEOUT_MS)
 
     async def ask(self, i: int) -> None:
         from playwright.async_api import expect
