@@ -11,4 +11,8 @@ if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -
     || echo "vqlc: could not install chromium; browser tests will be skipped" >&2
 fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+# One torch thread: the suite's tensors are small, and beside any other busy process two threads
+# spin on the shared core. tests/explain + tests/evaluate took 47 s on one thread against 79 s on
+# two on a quiet 2-core machine, and 50 s against 257 s beside a busy loop.
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"
 exec .venv/bin/python -m pytest "$@"
