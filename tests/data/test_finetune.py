@@ -229,3 +229,44 @@ def test_max_steps_caps_the_run_and_the_estimate_says_how(texts, class_names, tm
         not in said[0]
     with pytest.raises(RunError, match="--finetune-max-steps must be at least 1"):
         FinetuneConfig(finetune_max_steps=0)
+
+
+def _fine_tune(cmd: list[str]) -> None:
+    import os
+    import subprocess
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(CACHE.parent)}
+    out = subprocess.run(cmd, cwd=CACHE.parent, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_two_ranks_fine_tune_the_one_process_model(tmp_path):
+    """DistributedDataParallel's scheme by hand: each rank its part of every global batch, the
+    gradients summed. With dropout off (each rank draws its own masks), two ranks under torchrun
+    (gloo) train one process's model: the same losses, dev accuracies and chosen epoch, and
+    weights equal up to float summation order (measured: max difference 1.1e-5 on the model
+    after 15 AdamW steps, 1.2e-8 on the head)."""
+    import sys
+
+    import numpy as np
+
+    from vqlc_core.base.runio import read_safetensors
+
+    script = str(CACHE.parent / "tests" / "data" / "distributed_finetune.py")
+    _fine_tune([sys.executable, script, str(tmp_path / "one")])
+    _fine_tune([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", script,
+                str(tmp_path / "two")])
+    one, two = (json.loads((tmp_path / d / "run.json").read_text()) for d in ("one", "two"))
+    assert (one["ranks"], two["ranks"]) == (1, 2)
+    assert two["chosen_epoch"] == one["chosen_epoch"]
+    assert [h["dev_accuracy"] for h in two["history"]] == [h["dev_accuracy"] for h in one["history"]]
+    np.testing.assert_allclose([h["loss"] for h in two["history"]], [h["loss"] for h in one["history"]], rtol=1e-4)
+    for name in ("model.safetensors", "head.safetensors"):
+        a, b = read_safetensors(tmp_path / "one" / name), read_safetensors(tmp_path / "two" / name)
+        assert a.keys() == b.keys()
+        worst = max(float((a[k].double() - b[k].double()).abs().max()) for k in a)
+        print(f"{name}: max |one - two| = {worst:.2e}")
+        assert worst < 1e-4, name
+    assert not (tmp_path / "two" / "checkpoint").exists()

@@ -79,6 +79,15 @@ def barrier() -> None:
         _dist().barrier()
 
 
+def all_ranks(flag: bool) -> list[bool]:
+    """Every rank's `flag`, in rank order (one process: [flag]); every rank must call it."""
+    if not _active():
+        return [bool(flag)]
+    import torch
+
+    return [bool(t.item()) for t in _gather(torch.tensor([int(flag)], device=device()))]
+
+
 def device() -> str:
     """This process's device: its local GPU (cuda:LOCAL_RANK) when CUDA is available, else cpu."""
     import torch
@@ -147,12 +156,13 @@ def moments(batches: Iterable[torch.Tensor], dim: int, all_reduce: Callable[[tor
 
 
 def all_reduce_grads_(params: list[torch.Tensor], all_reduce: Callable[[torch.Tensor], None]) -> None:
-    """Sum every gradient over the ranks in one all-reduce of a flat buffer (a parameter a rank
-    left without gradient counts as zero)."""
+    """Sum every gradient over the ranks in one all-reduce of a flat buffer on the first
+    parameter's device (a parameter a rank left without gradient counts as zero; fine-tuning's
+    head stays on the CPU beside a model on the GPU)."""
     import torch
 
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    flat = torch.cat([g.reshape(-1) for g in grads])
+    flat = torch.cat([g.reshape(-1).to(params[0].device) for g in grads])
     all_reduce(flat)
     for p, g in zip(params, flat.split([p.numel() for p in params])):
-        p.grad = g.view_as(p)
+        p.grad = g.view_as(p).to(p.device)

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from vqlc_core.base import checkpoint
+from vqlc_core.base import checkpoint, distributed
 from vqlc_core.base.options import flag
 from vqlc_core.base.runio import RunError, read_json, read_safetensors, write_json, write_safetensors
 from vqlc_core.data.backbone import Backbone
@@ -50,6 +50,11 @@ def finetune(backbone: Backbone, texts_df, class_names: list[str], cfg: Finetune
     a killed run resume. `stop_after_epochs` ends the run there, as a kill would (no final
     files; info["finished"] is False). The backbone ends frozen and in eval mode either way.
     With `estimate_time`, the run's first steps are timed and how long it will take is logged.
+
+    Under torchrun every rank runs it (DistributedDataParallel's scheme, by hand): each global
+    batch is cut into the ranks' parts, their gradients are summed (`train_step`), so the global
+    batch, the schedule and every step are one process's; dev accuracy is counted across the
+    ranks, so all choose the same epoch; rank 0 alone writes the checkpoints and the files.
     """
     plan = cfg.plan(cfg.mode_for(backbone.kind, backbone.is_classifier), seed)
     if plan.mode == "none":
@@ -72,6 +77,9 @@ def finetune(backbone: Backbone, texts_df, class_names: list[str], cfg: Finetune
                 "classes": list(class_names)}
 
     started = time.perf_counter()
+    ranks, me, main = distributed.world(), distributed.rank(), distributed.is_main()
+    reduce = distributed.collectives().all_reduce if ranks > 1 else None
+    progress = progress and main
     with torch.random.fork_rng(devices=[]):  # leave the caller's global RNG as it was
         torch.manual_seed(plan.seed)
         head = nn.Linear(backbone.hidden_size, len(class_names))
@@ -93,9 +101,10 @@ def finetune(backbone: Backbone, texts_df, class_names: list[str], cfg: Finetune
 
             def save(epoch: int, step: int, history: list[dict], best) -> None:
                 """A checkpoint: the trained weights, the best epoch's, the optimizer's state and the progress."""
-                checkpoint.save(ckpt_dir, dict(named), opt, epoch, history, settings,
-                                extra={"step": step, "best_epoch": best[1], "best_dev_accuracy": best[0]},
-                                tensors={f"best.{n}": t for n, t in best[2].items()})
+                if main:  # every rank holds the same weights and optimizer state
+                    checkpoint.save(ckpt_dir, dict(named), opt, epoch, history, settings,
+                                    extra={"step": step, "best_epoch": best[1], "best_dev_accuracy": best[0]},
+                                    tensors={f"best.{n}": t for n, t in best[2].items()})
 
             epoch, step, history, best = 0, 0, [], None
             resumed_from = None
@@ -107,7 +116,7 @@ def finetune(backbone: Backbone, texts_df, class_names: list[str], cfg: Finetune
             elif plan.probe_init:  # "epoch 0": the frozen model with a probe head
                 t0 = time.perf_counter()
                 probe_head(head, backbone, texts, y.numpy(), class_names, plan, progress)
-                dev_acc = dev_accuracy(backbone, head, dev_texts, dev_y, plan) if dev_texts else None
+                dev_acc = dev_accuracy(backbone, head, dev_texts, dev_y, plan, reduce) if dev_texts else None
                 history.append({"epoch": 0, "loss": None, "dev_accuracy": dev_acc,
                                 "seconds": round(time.perf_counter() - t0, 2)})
                 best = (dev_acc, 0, {n: p.detach().clone() for n, p in named})
@@ -128,7 +137,9 @@ def finetune(backbone: Backbone, texts_df, class_names: list[str], cfg: Finetune
                         break  # --finetune-max-steps reached
                     scale = lr_factor(step, total_steps)
                     t_step = time.perf_counter()
-                    losses.append(train_step(backbone, head, opt, [texts[i] for i in idx], y[idx], scale, plan))
+                    mine = np.array_split(idx, ranks)[me]  # this rank's part of the global batch
+                    losses.append(train_step(backbone, head, opt, [texts[i] for i in mine], y[mine], scale, plan,
+                                             reduce, len(mine) / len(idx)))
                     step += 1
                     if estimate_time and len(timed) < TIMED_STEPS:
                         timed.append((time.perf_counter() - t_step, sum(len(texts[i]) for i in idx)))
@@ -137,7 +148,7 @@ def finetune(backbone: Backbone, texts_df, class_names: list[str], cfg: Finetune
                                                  time.perf_counter() - started)
                             rate = sum(t for t, _ in timed[1:]) / max(sum(c for _, c in timed[1:]), 1)
                     bar.set_postfix(loss=f"{np.mean(losses[-20:]):.3f}")
-                dev_acc = dev_accuracy(backbone, head, dev_texts, dev_y, plan) if dev_texts else None
+                dev_acc = dev_accuracy(backbone, head, dev_texts, dev_y, plan, reduce) if dev_texts else None
                 epoch += 1
                 history.append({"epoch": epoch, "loss": float(np.mean(losses)), "dev_accuracy": dev_acc,
                                 "seconds": round(time.perf_counter() - t0, 2)})
@@ -159,7 +170,7 @@ def finetune(backbone: Backbone, texts_df, class_names: list[str], cfg: Finetune
                     "timed_s_per_char": rate,
                     "n_train": len(texts), "n_dev": len(dev_texts), "pooling": backbone.pooling,
                     "class_names": list(class_names), "trainable_parameters": sum(p.numel() for p in params),
-                    "torch_threads": torch.get_num_threads(), "finished": finished}
+                    "torch_threads": torch.get_num_threads(), "ranks": ranks, "finished": finished}
             if finished:
                 with torch.no_grad():
                     for n, p in named:
@@ -171,11 +182,12 @@ def finetune(backbone: Backbone, texts_df, class_names: list[str], cfg: Finetune
             backbone.model.requires_grad_(False)
             head.requires_grad_(False)
 
-    if finished:
+    if finished and main:
         write_safetensors(out_dir / MODEL_FILE, plain_state(backbone.model))
         write_safetensors(out_dir / HEAD_FILE, {"weight": head.weight, "bias": head.bias})
         write_json(out_dir / INFO_FILE, info)
         shutil.rmtree(ckpt_dir, ignore_errors=True)
+    distributed.barrier()  # rank 0's files are written (a killed rank 0 leaves the others here: torchrun ends them)
     return head, info
 
 

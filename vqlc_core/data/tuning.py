@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vqlc_core.base import distributed
+from vqlc_core.base.distributed import all_reduce_grads_
 from vqlc_core.base.runio import RunError
 from vqlc_core.data.backbone import Backbone
 from vqlc_core.data.classifier import Classifier, pooled_features
@@ -125,16 +127,26 @@ def check_texts(texts_df, class_names) -> None:
 
 
 def dev_accuracy(backbone: Backbone, head: nn.Linear, texts: list[str], labels: np.ndarray,
-                 plan: FinetunePlan) -> float:
-    """Accuracy of `head` on the pooled final states of `texts`; the model's train mode is kept."""
+                 plan: FinetunePlan, all_reduce=None) -> float:
+    """Accuracy of `head` on the pooled final states of `texts`; the model's train mode is kept.
+    Under torchrun (`all_reduce`) each rank scores every world()-th text from its rank, and the
+    counts are summed: every rank gets the accuracy of them all."""
     was_training = backbone.model.training
     backbone.model.eval()
-    feats = pooled_features(backbone, texts, batch_size=2 * plan.batch_size, autocast_dtype=plan.autocast_dtype,
-                            progress=False)
-    with torch.no_grad():
-        pred = head(torch.as_tensor(feats)).argmax(1).numpy()
+    mine = slice(distributed.rank(), None, distributed.world()) if all_reduce is not None else slice(None)
+    texts, labels = texts[mine], np.asarray(labels)[mine]
+    right = 0.0
+    if texts:
+        feats = pooled_features(backbone, texts, batch_size=2 * plan.batch_size, autocast_dtype=plan.autocast_dtype,
+                                progress=False)
+        with torch.no_grad():
+            right = float((head(torch.as_tensor(feats)).argmax(1).numpy() == labels).sum())
     backbone.model.train(was_training)
-    return float((pred == labels).mean())
+    counts = torch.tensor([right, float(len(texts))], dtype=torch.float64)
+    if all_reduce is not None:
+        counts = counts.to(next(backbone.model.parameters()).device)  # nccl reduces GPU tensors only
+        all_reduce(counts)
+    return float(counts[0] / counts[1]) if counts[1] else float("nan")
 
 
 def probe_head(head: nn.Linear, backbone: Backbone, texts: list[str], labels: np.ndarray, class_names,
@@ -150,20 +162,30 @@ def probe_head(head: nn.Linear, backbone: Backbone, texts: list[str], labels: np
 
 
 def train_step(backbone: Backbone, head: nn.Linear, opt: torch.optim.Optimizer, texts: list[str],
-               labels: torch.Tensor, lr_scale: float, plan: FinetunePlan) -> float:
+               labels: torch.Tensor, lr_scale: float, plan: FinetunePlan, all_reduce=None, share: float = 1.0) -> float:
     """One AdamW step on one batch of texts (clipped gradients, each group's peak learning rate
-    times `lr_scale`); returns the batch's loss."""
+    times `lr_scale`); returns the batch's loss. Under torchrun each rank passes its part of the
+    global batch (possibly none), `share` its rows' fraction of it, and `all_reduce`: the summed
+    gradients are then the global batch's mean-loss gradients, every rank takes the same step, and
+    the loss returned is the global batch's."""
     backbone.model.train()
-    enc, _ = backbone.tokenize(texts)
-    hidden = backbone.final_states(enc, plan.autocast_dtype)  # (B, T, d)
-    loss = F.cross_entropy(head(backbone.pool(hidden, enc["attention_mask"])), labels)
+    params = [p for group in opt.param_groups for p in group["params"]]
     opt.zero_grad(set_to_none=True)
-    loss.backward()
-    nn.utils.clip_grad_norm_([p for group in opt.param_groups for p in group["params"]], MAX_GRAD_NORM)
+    loss = torch.zeros(())
+    if texts:
+        enc, _ = backbone.tokenize(texts)
+        hidden = backbone.final_states(enc, plan.autocast_dtype)  # (B, T, d)
+        loss = F.cross_entropy(head(backbone.pool(hidden, enc["attention_mask"])), labels) * share
+        loss.backward()
+    if all_reduce is not None:
+        all_reduce_grads_(params, all_reduce)
+        loss = loss.detach().float().reshape(1).to(params[0].device)  # nccl reduces GPU tensors only
+        all_reduce(loss)
+    nn.utils.clip_grad_norm_(params, MAX_GRAD_NORM)
     for group in opt.param_groups:
         group["lr"] = group["peak_lr"] * lr_scale
     opt.step()
-    return loss.item()
+    return float(loss.detach().sum())
 
 
 def memory_estimate(backbone: Backbone, trainable: int, batch_size: int) -> dict:

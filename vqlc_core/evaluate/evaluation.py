@@ -9,7 +9,9 @@ from itertools import combinations
 import numpy as np
 import pandas as pd
 
+from vqlc_core.base import distributed
 from vqlc_core.base.runio import read_json, read_parquet, write_json, write_parquet
+from vqlc_core.evaluate import shards
 from vqlc_core.evaluate.faithfulness import (PREDICTION, faithfulness, matched_differences, paired_differences,
                                               summarize_faithfulness)
 from vqlc_core.evaluate.instrument import EVERY, fit_probe, instrument, instrument_differences
@@ -187,6 +189,7 @@ def evaluate(run, predicted: np.ndarray | None = None) -> dict:
     built = run.methods_built()
     texts = run.texts
     test = faithfulness_sentences(texts, cfg.eval.faithfulness_texts, cfg.seed)
+    mine = shards.share(test)  # under torchrun this rank's sentences, the others None
     cov = train_covariance(run.store, seed=cfg.seed)
     class_means = prediction_class_means(run.store, predicted) if predicted is not None else None
     measures, parts, instrumented = {}, [], []
@@ -195,23 +198,34 @@ def evaluate(run, predicted: np.ndarray | None = None) -> dict:
     # a seeded sample of the faithfulness sentences (theirs are in text order, one class first on
     # MR); the others are passed as None, so each row's text_index is the faithfulness table's
     chosen = set(np.random.default_rng(cfg.seed).choice(len(test), n_instrument, replace=False).tolist())
-    instrument_texts = [t if i in chosen else None for i, t in enumerate(test)]
+    instrument_texts = [t if i in chosen else None for i, t in enumerate(mine)]
     for i, seed in enumerate(cfg.method_seeds):
         methods = {m: (run.method(m, seed), run.concept_set(m, seed)) for m in built}
         explainer = run.explainer(methods)
-        rows = faithfulness(explainer, test, seed=seed, cov=cov, class_means=class_means)
+        rows = faithfulness(explainer, mine, seed=seed, cov=cov, class_means=class_means, progress=distributed.is_main())
         if i == 0:
-            measures = {m: method_measures(run, method, cs) for m, (method, cs) in methods.items()}
-            ig = completeness_summary(rows.attrs["ig_completeness"], cfg.eval.ig_steps, rows.attrs["ig_baseline_proba"],
-                                      explainer.ig_baseline_name)
+            attrs, baseline_name = dict(rows.attrs), explainer.ig_baseline_name
+            if distributed.is_main():
+                measures = {m: method_measures(run, method, cs) for m, (method, cs) in methods.items()}
         parts.append(rows.assign(seed=seed))
         if n_instrument:
-            instrumented.append(instrument(explainer, instrument_texts, probe, seed=seed, cov=cov,
-                                           positions=(EVERY,)).assign(seed=seed))
-    rows = pd.concat(parts, ignore_index=True)
+            instrumented.append(instrument(explainer, instrument_texts, probe, seed=seed, cov=cov, positions=(EVERY,),
+                                           progress=distributed.is_main()).assign(seed=seed))
+    eval_dir = run.dir / "eval"
+    got = shards.gather(eval_dir, "faithfulness_rows", pd.concat(parts, ignore_index=True), attrs)
+    got_ins = shards.gather(eval_dir, "instrument_rows", pd.concat(instrumented, ignore_index=True)) if instrumented else []
+    shards.clean(eval_dir)
+    if not distributed.is_main():
+        return {}
+    rows = shards.sorted_rows(pd.concat([f for f, _ in got], ignore_index=True), built, list(cfg.method_seeds))
     # pandas deep-copies a frame's attrs (every sentence's IG facts) into each frame derived from
     # it, thousands of times in the summaries: they run without, and the rows file keeps them
-    attrs, rows.attrs = rows.attrs, {}
+    attrs = {"seconds": max(a.get("seconds", 0.0) for _, a in got),
+             "ig_completeness": [e for _, a in got for e in a.get("ig_completeness", [])],
+             "ig_baseline_proba": [p for _, a in got for p in a.get("ig_baseline_proba", [])]}
+    ig = completeness_summary(attrs["ig_completeness"], cfg.eval.ig_steps, attrs["ig_baseline_proba"], baseline_name)
+    instrumented = [shards.by_sentence(pd.concat([f for f, _ in got_ins], ignore_index=True), list(cfg.method_seeds))
+                    ] if got_ins else []
     for m in built:
         measures[m].update(seed_agreement(run, m))
     table = summarize_faithfulness(rows, seed=cfg.seed)

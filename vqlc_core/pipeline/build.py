@@ -116,8 +116,12 @@ def _build(cfg: BuildConfig, stages, on_stage, force: bool, rebuild: str | None)
     if distributed.is_main():
         run.manifest.save()
     distributed.barrier()
-    run.check()  # never build on a finished stage whose files changed since
     try:
+        blind = [r for r, seen in enumerate(distributed.all_ranks(run.manifest.path.exists())) if not seen]
+        if blind:  # every rank stops here together: one alone would leave the others waiting at a barrier
+            raise RunError(f"Rank {', '.join(map(str, blind))} cannot see the run folder {run_dir} that rank 0 wrote: "
+                           "a build on several nodes needs --cache-dir on a file system every node shares.")
+        run.check()  # never build on a finished stage whose files changed since
         _run_stages(run, cfg, todo, on_stage)
     except BaseException:
         # A first build that failed before any stage finished leaves no run behind: it would only

@@ -40,7 +40,7 @@ class Stage:
 STAGES: tuple[Stage, ...] = (
     Stage("texts", "stage_texts", ("texts.parquet",), ("seed",), sections=("data",)),
     Stage("finetune", "stage_finetune", ("finetune/*",), ("model", "pooling", "max_length", "seed"),
-          sections=("finetune",), needs=("texts",)),
+          sections=("finetune",), sharded=True, needs=("texts",)),
     Stage("extract", "stage_extract", ("store/store.json", "store/tokens.parquet", "store/vectors_*.npy",
                                        "store/final.npy"),
           ("model", "layer", "pooling", "aggregation", "max_length", "dtype", "weights"), sharded=True,
@@ -55,7 +55,7 @@ STAGES: tuple[Stage, ...] = (
                                      "methods/{name}/seeds/*/model/*", "methods/{name}/seeds/*/model/*/*"),
           ("n_concepts", "prediction_concepts", "concept_vectors", "seed", "seeds"), sharded=True, per_method=True,
           needs=("extract", "fitset")),
-    Stage("evaluate", "stage_evaluate", ("eval/*",), ("methods", "seed", "seeds"), sections=("eval",),
+    Stage("evaluate", "stage_evaluate", ("eval/*",), ("methods", "seed", "seeds"), sections=("eval",), sharded=True,
           needs=("classifier", "method")),
     Stage("maps", "stage_maps", ("methods/*/map.parquet", "methods/*/top_activations.parquet"), ("methods", "seed"),
           needs=("classifier", "method")),
