@@ -12,7 +12,8 @@ from vqlc_core.views import browse
 
 run, method = vqlc_ui.sidebar(need=("classifier",))
 st.title("Explain a prediction")
-text, ex = vqlc_ui.explained_text(run, "Type a sentence to explain.")
+# the attribution of the method shown only: it is most of an explanation's time (Compare asks for all)
+text, ex = vqlc_ui.explained_text(run, "Type a sentence to explain.", attribute=(method,))
 rd, sp = str(run.dir), vqlc_ui.stamp(run)
 cs = vqlc_ui.concepts(rd, sp, method)
 

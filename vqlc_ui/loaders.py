@@ -135,14 +135,14 @@ def session_alive() -> bool:
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
-def _explain(run_dir: str, _stamp: int, text: str) -> dict:
+def _explain(run_dir: str, _stamp: int, text: str, attribute: tuple[str, ...] | None = None) -> dict:
     from vqlc_core.views.browse import precomputed_explanation
 
     # The example the pages open with was explained by the build: a first visit needs no model.
     stored = precomputed_explanation(run_dir, text)
     if stored and all("contributions" in m for m in stored["methods"].values()):  # stored before them: live
         return stored
-    return service(run_dir, _stamp).explain(text, alive=session_alive)
+    return service(run_dir, _stamp).explain(text, alive=session_alive, attribute=attribute)
 
 
 # The fields of a prediction concept in the order tables show them: the build's stored example
@@ -154,13 +154,14 @@ def _in_field_order(concept: dict) -> dict:
     return {**{f: concept[f] for f in PREDICTION_FIELDS if f in concept}, **concept}
 
 
-def explain(run_dir: str, _stamp: int, text: str) -> dict:
+def explain(run_dir: str, _stamp: int, text: str, attribute: tuple[str, ...] | None = None) -> dict:
     """The explanation of `text`, its concepts named by their current labels (a label written
     or edited after it was computed shows at once) and each prediction concept's fields in
-    `PREDICTION_FIELDS` order, whether it was stored by the build or computed now."""
+    `PREDICTION_FIELDS` order, whether it was stored by the build or computed now; the concept
+    attribution of the methods in `attribute` (None: every method)."""
     from vqlc_core.views.browse import relabel
 
-    ex = _explain(run_dir, _stamp, text)
+    ex = _explain(run_dir, _stamp, text, attribute)
     ex = relabel(ex, {m: concepts(run_dir, _stamp, m).label for m in ex["methods"]})
     return {**ex, "methods": {m: {**b, "prediction_concepts": [_in_field_order(c) for c in b["prediction_concepts"]]}
                               for m, b in ex["methods"].items()}}

@@ -117,15 +117,16 @@ def text_input(label: str = "Input text", height: int = 100) -> str:
     return text
 
 
-def explained_text(run, empty: str, height: int = 100) -> tuple[str, dict]:
-    """The text box of Explain and Compare (`text_input`) and the explanation of what it holds;
-    while the box is blank the page says `empty` and stops there."""
+def explained_text(run, empty: str, height: int = 100, attribute: tuple[str, ...] | None = None) -> tuple[str, dict]:
+    """The text box of Explain and Compare (`text_input`) and the explanation of what it holds,
+    with the concept attribution of the methods in `attribute` (None: every method); while the
+    box is blank the page says `empty` and stops there."""
     text = text_input(height=height)
     if not text.strip():
         st.info(empty)
         st.stop()
     with guard():
-        ex = loaders.explain(str(run.dir), loaders.stamp(run), text)
+        ex = loaders.explain(str(run.dir), loaders.stamp(run), text, attribute)
     return text, ex
 
 

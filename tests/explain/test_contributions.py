@@ -89,3 +89,17 @@ def test_attribution_patching_is_the_gradient_times_the_ablations_change(explain
     change = project_out(h.detach(), orthonormal_basis(cs.directions([k]))) - h.detach()
     assert got == pytest.approx(-float((h.grad * change).sum()), rel=1e-4, abs=1e-6)
     assert np.sign(got) == np.sign(e.methods["kmeans"].contributions[0].score) or abs(got) < 0.05
+
+
+def test_the_attribution_of_one_method_is_the_one_every_method_gets(explainer):
+    """The Explain page asks for the attribution of the method it shows alone (most of an
+    explanation's time): that method's records are those of a full explanation, the others none,
+    and the rest of the explanation is the same."""
+    full, one = explainer.explain(SENTENCE), explainer.explain(SENTENCE, attribute=["kmeans"])
+    assert one.methods["kmeans"].contributions == full.methods["kmeans"].contributions
+    assert one.methods["kmeans"].deletion == full.methods["kmeans"].deletion
+    others = [m for m in full.methods if m != "kmeans"]
+    assert others and all(one.methods[m].contributions is None and full.methods[m].contributions for m in others)
+    assert one.attributions == full.attributions and one.confidence == full.confidence
+    with pytest.raises(Exception, match="Unknown concept method 'nope'"):
+        explainer.explain(SENTENCE, attribute=["nope"])

@@ -182,20 +182,27 @@ class Explainer:
         return self.methods[name]
 
     # --- public -------------------------------------------------------------------------------
-    def explain(self, text: str) -> Explanation:
+    def explain(self, text: str, attribute=None) -> Explanation:
         """The prediction, every word's concept, the prediction representation's top concepts
-        and the salient words with their concepts, for each method. Thread-safe: the hooks it
-        places act on the shared model, so passes are serialised by the backbone's lock."""
-        return self.explain_many([text])[0]
+        and the salient words with their concepts, for each method; and the concept attribution
+        (`contributions`) of the methods in `attribute` (default: every method; the Explain page
+        shows one, and the attribution is most of an explanation's time). Thread-safe: the hooks
+        it places act on the shared model, so passes are serialised by the backbone's lock."""
+        return self.explain_many([text], None if attribute is None else [attribute])[0]
 
-    def explain_many(self, texts: list[str]) -> list[Explanation]:
+    def explain_many(self, texts: list[str], attribute: list | None = None) -> list[Explanation]:
         """`explain` for several texts at once: one padded forward, one batched Integrated
         Gradients pass and one concept assignment per method for them all (the server batches
-        the requests of sessions that arrive together, `serving.ExplainService`)."""
+        the requests of sessions that arrive together, `serving.ExplainService`). attribute[b]:
+        the methods whose attribution text b gets (None: every method)."""
+        attribute = [None] * len(texts) if attribute is None else list(attribute)
+        for m in {m for a in attribute if a is not None for m in a}:
+            self._method(m)  # an unknown name: one sentence
+        want = [set(self.methods) if a is None else set(a) for a in attribute]
         with self.backbone.lock:
-            return self._explain_many(list(texts))
+            return self._explain_many(list(texts), want)
 
-    def _explain_many(self, texts: list[str]) -> list[Explanation]:
+    def _explain_many(self, texts: list[str], want: list[set]) -> list[Explanation]:
         ps = self._passes(texts)
         preds = [int(np.argmax(p.proba)) for p in ps]
         enc, states = self._stack(ps)
@@ -218,7 +225,8 @@ class Explainer:
         per_text = [{n: (cs, ids[bounds[b] : bounds[b + 1]], proba[b]) for n, (cs, ids, proba) in per_method.items()}
                     for b in range(len(ps))]
         contrib = (concept_contributions(self, ps, preds, [{n: (cs, ids, int(np.argmax(proba)) if len(proba) else None)
-                                                            for n, (cs, ids, proba) in t.items()} for t in per_text])
+                                                            for n, (cs, ids, proba) in t.items() if n in want[b]}
+                                                           for b, t in enumerate(per_text)])
                    if self.contributions else [{} for _ in ps])
         return [self._explanation(texts[b], ps[b], preds[b], scores[b], salient[b], completeness[b], per_text[b],
                                   contrib[b]) for b in range(len(ps))]
