@@ -132,7 +132,9 @@ def extraction_goal(rows) -> str:
 def latency_goal(rows) -> str:
     if not rows:
         return "- Explain p95 ≤ 300 ms for 40 words on the default preset: not measured yet."
-    r = next((r for r in rows if r["run"] == "default" and r["words"] == 40 and r["what"] == "explain"), None)
+    at40 = [r for r in rows if r["run"] == "default" and r["words"] == 40]
+    # the Explain page asks for the attribution of the method it shows ("explain page"), where measured
+    r = next((r for what in ("explain page", "explain") for r in at40 if r["what"] == what), None)
     if r is None:
         return "- Explain p95 ≤ 300 ms for 40 words on the default preset: not measured."
     return (f"- Explain p95 ≤ 300 ms for 40 words on the default preset: {verdict(r['p95_ms'] <= 300)} "
@@ -200,9 +202,10 @@ def page() -> str:
         "## 3. Interactive latency",
         "",
         "`python bench/latency.py --runs default decoder` — server-side `Explainer.explain` (all three "
-        "methods, Integrated Gradients with the run's steps) and one ablation toggle "
-        "(`ablate` of VQLC's prediction concept), 50 inputs per length, one torch thread as "
-        "the dashboard uses. " + notes("latency").strip(),
+        "methods, Integrated Gradients with the run's steps) with the concept attribution of every method "
+        "(\"explain\", as Compare asks) and of VQLC alone (\"explain page\", as the Explain page asks), "
+        "each from scratch, and one ablation toggle (`ablate` of VQLC's prediction concept), 50 inputs "
+        "per length, one torch thread as the dashboard uses. " + notes("latency").strip(),
         "",
         table("latency"),
         plot("latency"),
