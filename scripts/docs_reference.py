@@ -14,8 +14,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 PAGE = ROOT / "docs" / "reference" / "cli.md"
 API = ROOT / "docs" / "reference" / "api.md"
 # The API page's sections: the subpackage a public name lives in, in the order a reader meets them.

@@ -8,7 +8,7 @@ together are the rows one process writes, up to the float rounding of other batc
 
 The rows travel as parquet and JSON files in `eval/parts/` (no pickled objects), which rank 0
 reads after a barrier and deletes: the run folder is on a file system every rank sees, as a build
-on several nodes assumes (`distributed.check_shared`).
+on several nodes assumes (a build checks it before its first stage: `build._build`).
 """
 
 from __future__ import annotations
