@@ -1,7 +1,8 @@
-"""Fine-tunes MiniLM on 48 real MR sentences with dropout off and saves what rank 0 writes; run by
-test_finetune.py as one process and under torchrun with two. Dropout is off because each rank
-draws its own masks for its part of a batch, which one process draws for the whole batch: with
-it, two ranks train another (equally valid) model. Usage: distributed_finetune.py OUT_DIR"""
+"""Fine-tunes MiniLM on 48 real MR sentences, its dropout on (hidden and attention, p = 0.1), and
+saves what rank 0 writes; run by test_finetune.py as one process and under torchrun with two.
+Each rank keeps its rows of the whole batch's dropout masks (`dropout.batch_masks`), so the two
+train one process's model. With --no-dropout the model's dropout is off.
+Usage: distributed_finetune.py OUT_DIR [--no-dropout]"""
 
 from __future__ import annotations
 
@@ -28,15 +29,16 @@ CONFIG = FinetuneConfig(finetune="full", finetune_epochs=3, finetune_batch_size=
                         finetune_patience=0, finetune_lr=1e-4)
 
 
-def main(out: Path) -> None:
+def main(out: Path, dropout: bool) -> None:
     torch.set_num_threads(1)
     distributed.init()
     ds = load_dataset("mr", cache_dir=CACHE, limit=48, seed=0)
     split = np.array(["train"] * 36 + ["dev"] * 12)[np.random.default_rng(0).permutation(48)]  # MR lists one class first
     texts = pd.DataFrame({"text_id": np.arange(48), "text": ds.texts, "label": ds.labels, "split": split})
     bb = Backbone.from_source(resolve_model("minilm", cache_dir=CACHE), max_length=64)
+    assert bb.model.config.hidden_dropout_prob > 0 and bb.model.config.attention_probs_dropout_prob > 0
     for module in bb.model.modules():
-        if isinstance(module, nn.Dropout):
+        if isinstance(module, nn.Dropout) and not dropout:
             module.p = 0.0
     _, info = finetune(bb, texts, list(ds.class_names), CONFIG, out, seed=0, progress=False, estimate_time=False)
     if distributed.is_main():
@@ -46,4 +48,4 @@ def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), "--no-dropout" not in sys.argv[2:])

@@ -24,6 +24,7 @@ from vqlc_core.base import checkpoint, distributed
 from vqlc_core.base.options import flag
 from vqlc_core.base.runio import RunError, read_json, read_safetensors, write_json, write_safetensors
 from vqlc_core.data.backbone import Backbone
+from vqlc_core.data.dropout import row_range
 from vqlc_core.data.settings import FinetuneConfig
 from vqlc_core.data.tuning import (add_lora, bucketed_batches, check_texts, dev_accuracy,
                                    digest, epoch_seed, fingerprint, lr_factor, memory_estimate, plain_state,
@@ -51,9 +52,12 @@ def finetune(backbone: Backbone, texts_df, class_names: list[str], cfg: Finetune
     files; info["finished"] is False). The backbone ends frozen and in eval mode either way.
     With `estimate_time`, the run's first steps are timed and how long it will take is logged.
 
-    Under torchrun every rank runs it (DistributedDataParallel's scheme, by hand): each global
-    batch is cut into the ranks' parts, their gradients are summed (`train_step`), so the global
-    batch, the schedule and every step are one process's; dev accuracy is counted across the
+    `--finetune-parts` N cuts each batch into N parts run one after another (`train_step`).
+    Under torchrun every rank runs it (DistributedDataParallel's scheme, by hand): the parts
+    (at least one a rank) are shared out among the ranks, their gradients are summed and each
+    row keeps the dropout mask one process draws for it (`dropout.batch_masks`), so the global
+    batch, the schedule and every step are one process's (N ranks: one process's with N parts,
+    up to the order in which the all-reduce adds the parts' gradients); dev accuracy is counted across the
     ranks, so all choose the same epoch; rank 0 alone writes the checkpoints and the files.
     """
     plan = cfg.plan(cfg.mode_for(backbone.kind, backbone.is_classifier), seed)
@@ -78,6 +82,7 @@ def finetune(backbone: Backbone, texts_df, class_names: list[str], cfg: Finetune
 
     started = time.perf_counter()
     ranks, me, main = distributed.world(), distributed.rank(), distributed.is_main()
+    n_parts = max(plan.parts, ranks)  # each batch's parts, shared out among the ranks
     reduce = distributed.collectives().all_reduce if ranks > 1 else None
     progress = progress and main
     with torch.random.fork_rng(devices=[]):  # leave the caller's global RNG as it was
@@ -91,11 +96,12 @@ def finetune(backbone: Backbone, texts_df, class_names: list[str], cfg: Finetune
             named = [(f"model.{n}", p) for n, p in backbone.model.named_parameters() if p.requires_grad]
             named += [(f"head.{n}", p) for n, p in head.named_parameters()]
             params = [p for _, p in named]
-            mem = memory_estimate(backbone, sum(p.numel() for p in params), plan.batch_size)
+            part_rows = -(-plan.batch_size // n_parts)
+            mem = memory_estimate(backbone, sum(p.numel() for p in params), part_rows)
             log.info("fine-tune memory on %s: about %.1f GB (weights %.1f GB, gradients and AdamW state of %.1fM "
-                     "trainable weights %.1f GB, activations of a batch of %d x %d tokens %.1f GB; estimated)",
+                     "trainable weights %.1f GB, activations of %d x %d tokens a part %.1f GB; estimated)",
                      backbone.device, mem["total"] / 2**30, mem["weights"] / 2**30, sum(p.numel() for p in params) / 1e6,
-                     mem["optimizer"] / 2**30, plan.batch_size, backbone.max_length, mem["activations"] / 2**30)
+                     mem["optimizer"] / 2**30, part_rows, backbone.max_length, mem["activations"] / 2**30)
             opt = torch.optim.AdamW([{"params": params[:-2], "peak_lr": plan.learning_rate},
                                      {"params": params[-2:], "peak_lr": plan.head_learning_rate}], weight_decay=0.01)
 
@@ -127,7 +133,6 @@ def finetune(backbone: Backbone, texts_df, class_names: list[str], cfg: Finetune
             while epoch < plan.epochs and step < total_steps:
                 if plan.patience and best is not None and best[0] is not None and epoch - best[1] >= plan.patience:
                     break  # early stop: no better dev accuracy for `patience` epochs
-                torch.manual_seed(epoch_seed(plan.seed, epoch))  # dropout masks
                 batches = bucketed_batches(lengths, plan.batch_size, np.random.default_rng([plan.seed, epoch]))
                 t0 = time.perf_counter()
                 bar = tqdm(batches, desc=f"fine-tune epoch {epoch + 1}/{plan.epochs}", disable=not progress)
@@ -137,9 +142,9 @@ def finetune(backbone: Backbone, texts_df, class_names: list[str], cfg: Finetune
                         break  # --finetune-max-steps reached
                     scale = lr_factor(step, total_steps)
                     t_step = time.perf_counter()
-                    mine = np.array_split(idx, ranks)[me]  # this rank's part of the global batch
-                    losses.append(train_step(backbone, head, opt, [texts[i] for i in mine], y[mine], scale, plan,
-                                             reduce, len(mine) / len(idx)))
+                    cut = [row_range(len(idx), n_parts, j) for j in range(n_parts)][me::ranks]  # this rank's parts
+                    losses.append(train_step(backbone, head, opt, [texts[i] for i in idx], y[idx], scale, plan,
+                                             reduce, cut, epoch_seed(plan.seed, epoch, step)))
                     step += 1
                     if estimate_time and len(timed) < TIMED_STEPS:
                         timed.append((time.perf_counter() - t_step, sum(len(texts[i]) for i in idx)))

@@ -33,6 +33,11 @@ class FinetuneConfig:
                                      "sequence-classification model, which is used as it is)", choices=FINETUNE_MODES)
     finetune_epochs: int = opt(2, "fine-tuning passes over the train split")
     finetune_batch_size: int = opt(32, "texts per fine-tuning step")
+    finetune_parts: int = opt(1, "cut each fine-tuning batch into N parts run one after another, their gradients "
+                                 "summed (gradient accumulation: one part's activations in memory at a time; the "
+                                 "same steps up to float rounding); under torchrun the parts are shared out among "
+                                 "the ranks, at least one each, so N ranks train what one process with N parts "
+                                 "trains")
     finetune_lr: float | None = opt(None, "peak AdamW learning rate (default: 3e-5 for full, 1e-3 for lora)")
     finetune_lora_rank: int = opt(8, "rank of the LoRA adapters")
     finetune_train_blocks: int = opt(0, "train only the top N transformer blocks (0: all of them)")
@@ -52,7 +57,7 @@ class FinetuneConfig:
         one_of(self, "finetune", FINETUNE_MODES)
         one_of(self, "finetune_dtype", (AUTO, *DTYPES))
         one_of(self, "finetune_probe_init", ("on", "off"))
-        for name in ("finetune_epochs", "finetune_batch_size", "finetune_lora_rank"):
+        for name in ("finetune_epochs", "finetune_batch_size", "finetune_lora_rank", "finetune_parts"):
             at_least(self, name, 1)
         for name in ("finetune_train_blocks", "finetune_patience"):
             at_least(self, name, 0)
@@ -72,7 +77,8 @@ class FinetuneConfig:
                             lr=self.finetune_lr, lora_rank=self.finetune_lora_rank,
                             train_blocks=self.finetune_train_blocks, dtype=resolve_dtype(self.finetune_dtype),
                             probe_init=(self.finetune_probe_init or ("on" if mode == "lora" else "off")) == "on",
-                            patience=self.finetune_patience, seed=seed, max_steps=self.finetune_max_steps)
+                            patience=self.finetune_patience, seed=seed, max_steps=self.finetune_max_steps,
+                            parts=self.finetune_parts)
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,7 @@ class FinetunePlan:
     patience: int  # 0: never stop early
     seed: int
     max_steps: int | None = None  # at most this many optimizer steps in all (None: every epoch's)
+    parts: int = 1  # each batch in this many parts, their gradients summed (at least one a rank)
 
     @property
     def learning_rate(self) -> float:

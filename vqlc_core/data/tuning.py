@@ -18,6 +18,7 @@ from vqlc_core.base.distributed import all_reduce_grads_
 from vqlc_core.base.runio import RunError
 from vqlc_core.data.backbone import Backbone
 from vqlc_core.data.classifier import Classifier, pooled_features
+from vqlc_core.data.dropout import batch_masks
 from vqlc_core.data.settings import FinetunePlan
 
 WARMUP = 0.1  # share of the steps over which the learning rate rises linearly, then falls to 0
@@ -27,10 +28,12 @@ MAX_GRAD_NORM = 1.0
 # --------------------------------------------------------------------------- order and schedule
 
 
-def epoch_seed(seed: int, epoch: int) -> int:
-    """The torch seed of one epoch: a function of (seed, epoch) only, so a resumed run draws the
-    same dropout masks as an uninterrupted one without saving any RNG state."""
-    return int(np.random.SeedSequence([seed, epoch]).generate_state(1)[0])
+def epoch_seed(seed: int, epoch: int, step: int | None = None) -> int:
+    """The torch seed of one epoch (or of one step of it): a function of (seed, epoch, step) only,
+    so a resumed run draws the same dropout masks as an uninterrupted one without saving any RNG
+    state, and every rank draws the same numbers at every step."""
+    keys = [seed, epoch] if step is None else [seed, epoch, step]
+    return int(np.random.SeedSequence(keys).generate_state(1)[0])
 
 
 def bucketed_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -162,21 +165,35 @@ def probe_head(head: nn.Linear, backbone: Backbone, texts: list[str], labels: np
 
 
 def train_step(backbone: Backbone, head: nn.Linear, opt: torch.optim.Optimizer, texts: list[str],
-               labels: torch.Tensor, lr_scale: float, plan: FinetunePlan, all_reduce=None, share: float = 1.0) -> float:
-    """One AdamW step on one batch of texts (clipped gradients, each group's peak learning rate
-    times `lr_scale`); returns the batch's loss. Under torchrun each rank passes its part of the
-    global batch (possibly none), `share` its rows' fraction of it, and `all_reduce`: the summed
-    gradients are then the global batch's mean-loss gradients, every rank takes the same step, and
-    the loss returned is the global batch's."""
+               labels: torch.Tensor, lr_scale: float, plan: FinetunePlan, all_reduce=None,
+               parts: list[tuple[int, int]] | None = None, seed: int | None = None) -> float:
+    """One AdamW step on one global batch of texts (clipped gradients, each group's peak learning
+    rate times `lr_scale`); returns the batch's loss.
+
+    `parts`: the row ranges [lo, hi) of the batch this process runs, one after another, each
+    loss weighted by its rows' share and its gradients added to the others' (default: the whole
+    batch at once). Each part is padded as the whole batch is padded and keeps its rows of the
+    whole batch's dropout masks, drawn after seeding torch with `seed` (`dropout.batch_masks`), so
+    a part's gradient does not depend on which process runs it. Under torchrun every rank passes
+    the whole batch, its parts (possibly none) and `all_reduce`: the summed gradients are then
+    the global batch's mean-loss gradients, every rank takes the same step, and the loss
+    returned is the global batch's."""
     backbone.model.train()
     params = [p for group in opt.param_groups for p in group["params"]]
     opt.zero_grad(set_to_none=True)
+    n = len(texts)
+    parts = [(lo, hi) for lo, hi in (parts if parts is not None else [(0, n)]) if hi > lo]
     loss = torch.zeros(())
-    if texts:
-        enc, _ = backbone.tokenize(texts)
-        hidden = backbone.final_states(enc, plan.autocast_dtype)  # (B, T, d)
-        loss = F.cross_entropy(head(backbone.pool(hidden, enc["attention_mask"])), labels) * share
-        loss.backward()
+    whole = backbone.tokenize(texts)[0] if parts else None  # every part padded as the whole batch is
+    for lo, hi in parts:
+        if seed is not None:
+            torch.manual_seed(seed)  # each part draws from the same whole-batch masks
+        enc = {k: whole[k][lo:hi] for k in ("input_ids", "attention_mask")}
+        with batch_masks(backbone.model, (lo, hi), n):
+            hidden = backbone.final_states(enc, plan.autocast_dtype)  # (rows, T, d)
+        part = F.cross_entropy(head(backbone.pool(hidden, enc["attention_mask"])), labels[lo:hi]) * ((hi - lo) / n)
+        part.backward()
+        loss = loss + part.detach()
     if all_reduce is not None:
         all_reduce_grads_(params, all_reduce)
         loss = loss.detach().float().reshape(1).to(params[0].device)  # nccl reduces GPU tensors only
