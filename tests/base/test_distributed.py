@@ -62,7 +62,7 @@ def _env() -> dict:
 
 
 def _run(cmd: list[str]) -> None:
-    out = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    out = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=1200)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
 
 
@@ -70,7 +70,8 @@ def _torchrun(*args: str) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *args]
 
 
-def two_nodes(caches: list[Path], run: str, args: list[str], timeout: float = 600) -> list[subprocess.CompletedProcess]:
+def two_nodes(caches: list[Path], run: str, args: list[str],
+              timeout: float = 1200) -> list[subprocess.CompletedProcess]:
     """`vqlc build *args` on two torchrun nodes of one process each (node i reads caches[i]), the
     rendezvous on 127.0.0.1 as on two machines: `--nnodes 2 --rdzv-backend c10d`."""
     import socket
