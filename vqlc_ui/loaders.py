@@ -1,7 +1,9 @@
 """Cached loaders: every part of a run the pages read, loaded once per server process.
 
-Each loader is keyed by the run directory and its manifest's modification time (`stamp`), so a
-rebuilt run is reloaded. Models go in `st.cache_resource`, tables and results in `st.cache_data`.
+Each loader is keyed by the run directory and its manifest's modification time (`stamp`, passed
+as `version`), so a rebuilt run is reloaded (Streamlit leaves parameters named with a leading
+underscore out of the key, so none is). Models go in `st.cache_resource`, tables and results in
+`st.cache_data`.
 """
 
 from __future__ import annotations
@@ -28,97 +30,97 @@ def stamp(run: Run) -> int:
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
-def load_run(run_dir: str, _stamp: int) -> Run:
+def load_run(run_dir: str, version: int) -> Run:
     return Run(run_dir)
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
-def concepts(run_dir: str, _stamp: int, method: str):
-    return load_run(run_dir, _stamp).concept_set(method)
+def concepts(run_dir: str, version: int, method: str):
+    return load_run(run_dir, version).concept_set(method)
 
 
 @st.cache_resource(show_spinner="Loading the model and the concept methods...", max_entries=2)
-def explainer(run_dir: str, _stamp: int):
-    run = load_run(run_dir, _stamp)
-    return run.explainer({m: (method_model(run_dir, _stamp, m), concepts(run_dir, _stamp, m))
+def explainer(run_dir: str, version: int):
+    run = load_run(run_dir, version)
+    return run.explainer({m: (method_model(run_dir, version, m), concepts(run_dir, version, m))
                           for m in run.methods_built()})
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
-def method_model(run_dir: str, _stamp: int, method: str):
-    return load_run(run_dir, _stamp).method(method)
+def method_model(run_dir: str, version: int, method: str):
+    return load_run(run_dir, version).method(method)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def top_activations(run_dir: str, _stamp: int, method: str):
+def top_activations(run_dir: str, version: int, method: str):
     from vqlc_core.evaluate.features import read_top
 
     return read_top(run_dir, method)
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
-def feature_contexts(run_dir: str, _stamp: int, method: str, k: int) -> list[dict]:
+def feature_contexts(run_dir: str, version: int, method: str, k: int) -> list[dict]:
     from vqlc_core.evaluate.features import feature_contexts as contexts
 
-    top = top_activations(run_dir, _stamp, method)
-    run = load_run(run_dir, _stamp)
-    return contexts(method_model(run_dir, _stamp, method), run.store, texts(run_dir, _stamp), top, int(k))
+    top = top_activations(run_dir, version, method)
+    run = load_run(run_dir, version)
+    return contexts(method_model(run_dir, version, method), run.store, texts(run_dir, version), top, int(k))
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
-def tokens(run_dir: str, _stamp: int):
-    return load_run(run_dir, _stamp).store.tokens
+def tokens(run_dir: str, version: int):
+    return load_run(run_dir, version).store.tokens
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
-def texts(run_dir: str, _stamp: int):
-    return load_run(run_dir, _stamp).texts
+def texts(run_dir: str, version: int):
+    return load_run(run_dir, version).texts
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
-def prediction_members(run_dir: str, _stamp: int, method: str, k: int, n: int = 5) -> dict:
+def prediction_members(run_dir: str, version: int, method: str, k: int, n: int = 5) -> dict:
     """Concept k's train prediction rows nearest its concept vector and its share of word rows
     (`browse.nearest_prediction_members`), found once per run, method and concept."""
     from vqlc_core.views.browse import nearest_prediction_members
 
-    store = load_run(run_dir, _stamp).store
-    return nearest_prediction_members(texts(run_dir, _stamp), store.tokens, store, concepts(run_dir, _stamp, method),
+    store = load_run(run_dir, version).store
+    return nearest_prediction_members(texts(run_dir, version), store.tokens, store, concepts(run_dir, version, method),
                                       int(k), n)
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def concept_map(run_dir: str, _stamp: int, method: str):
-    return load_run(run_dir, _stamp).concept_map(method)
+def concept_map(run_dir: str, version: int, method: str):
+    return load_run(run_dir, version).concept_map(method)
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
-def instruments(run_dir: str, _stamp: int):
+def instruments(run_dir: str, version: int):
     """The Compare page's instruments, read and summarised once per run: their table (markdown)
     and the dose-response curves (None for a run built without instruments)."""
-    run = load_run(run_dir, _stamp)
+    run = load_run(run_dir, version)
     rows = run.instrument_rows()
     return tables.instrument_table(run), (None if rows.empty else instrument.dose_curves(rows))
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
-def beyond_the_class(run_dir: str, _stamp: int, method: str) -> dict | None:
+def beyond_the_class(run_dir: str, version: int, method: str) -> dict | None:
     """`tables.beyond_the_class` read once per run and method, not on every rerun of Explain or Compare."""
-    return tables.beyond_the_class(load_run(run_dir, _stamp), method)
+    return tables.beyond_the_class(load_run(run_dir, version), method)
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
-def evaluation(run_dir: str, _stamp: int):
-    run = load_run(run_dir, _stamp)
+def evaluation(run_dir: str, version: int):
+    run = load_run(run_dir, version)
     return run.faithfulness(), run.measures()
 
 
 @st.cache_resource(show_spinner="Loading the model and the concept methods...", max_entries=2)
-def service(run_dir: str, _stamp: int):
+def service(run_dir: str, version: int):
     """The run's explainer behind the server's one queue: the requests of every session are
     served first come, first served, those that arrive together in one batch."""
     from vqlc_core.explain.serving import ExplainService
 
-    return ExplainService(explainer(run_dir, _stamp))
+    return ExplainService(explainer(run_dir, version))
 
 
 def session_alive() -> bool:
@@ -135,14 +137,14 @@ def session_alive() -> bool:
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
-def _explain(run_dir: str, _stamp: int, text: str, attribute: tuple[str, ...] | None = None) -> dict:
+def _explain(run_dir: str, version: int, text: str, attribute: tuple[str, ...] | None = None) -> dict:
     from vqlc_core.views.browse import precomputed_explanation
 
     # The example the pages open with was explained by the build: a first visit needs no model.
     stored = precomputed_explanation(run_dir, text)
     if stored and all("contributions" in m for m in stored["methods"].values()):  # stored before them: live
         return stored
-    return service(run_dir, _stamp).explain(text, alive=session_alive, attribute=attribute)
+    return service(run_dir, version).explain(text, alive=session_alive, attribute=attribute)
 
 
 # The fields of a prediction concept in the order tables show them: the build's stored example
@@ -154,26 +156,26 @@ def _in_field_order(concept: dict) -> dict:
     return {**{f: concept[f] for f in PREDICTION_FIELDS if f in concept}, **concept}
 
 
-def explain(run_dir: str, _stamp: int, text: str, attribute: tuple[str, ...] | None = None) -> dict:
+def explain(run_dir: str, version: int, text: str, attribute: tuple[str, ...] | None = None) -> dict:
     """The explanation of `text`, its concepts named by their current labels (a label written
     or edited after it was computed shows at once) and each prediction concept's fields in
     `PREDICTION_FIELDS` order, whether it was stored by the build or computed now; the concept
     attribution of the methods in `attribute` (None: every method)."""
     from vqlc_core.views.browse import relabel
 
-    ex = _explain(run_dir, _stamp, text, attribute)
-    ex = relabel(ex, {m: concepts(run_dir, _stamp, m).label for m in ex["methods"]})
+    ex = _explain(run_dir, version, text, attribute)
+    ex = relabel(ex, {m: concepts(run_dir, version, m).label for m in ex["methods"]})
     return {**ex, "methods": {m: {**b, "prediction_concepts": [_in_field_order(c) for c in b["prediction_concepts"]]}
                               for m, b in ex["methods"].items()}}
 
 
 @st.cache_data(show_spinner=False, max_entries=2048)
-def ablate(run_dir: str, _stamp: int, text: str, method: str, ids: tuple[int, ...]) -> dict:
-    return service(run_dir, _stamp).ablate(text, method, ids, alive=session_alive)
+def ablate(run_dir: str, version: int, text: str, method: str, ids: tuple[int, ...]) -> dict:
+    return service(run_dir, version).ablate(text, method, ids, alive=session_alive)
 
 
 @st.cache_data(show_spinner=False, max_entries=4096)
-def thumbnail(path: str, _mtime_ns: int, width: int) -> bytes:
+def thumbnail(path: str, mtime_ns: int, width: int) -> bytes:
     """The PNG at `path` scaled to `width` pixels, drawn once: Streamlit would otherwise decode
     and scale the full cloud on every rerun of every session."""
     import io

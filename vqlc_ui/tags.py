@@ -19,20 +19,20 @@ from .loaders import stamp as loaders_stamp
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def profiles(run_dir: str, _stamp: int, method: str) -> pd.DataFrame | None:
+def profiles(run_dir: str, version: int, method: str) -> pd.DataFrame | None:
     """The method's concept tag profiles, or None for a run without tags."""
-    run = load_run(run_dir, _stamp)
+    run = load_run(run_dir, version)
     if run.tags is None:
         return None
-    return run.tag_profiles(method, cs=concepts(run_dir, _stamp, method))
+    return run.tag_profiles(method, cs=concepts(run_dir, version, method))
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
-def tag_index(run_dir: str, _stamp: int, method: str) -> dict | None:
+def tag_index(run_dir: str, version: int, method: str) -> dict | None:
     """The method's profiles (shared by every session, read only), every concept's card line
     (`lines`) and, for each aligned tag in `aligned_tag_labels` order, the concepts aligned with
     it, found once. None without tags."""
-    p = profiles(run_dir, _stamp, method)
+    p = profiles(run_dir, version, method)
     if p is None:
         return None
     return {"profiles": p, "lines": tag_alignment.card_lines(p), "aligned": grid.aligned_index(p)}
@@ -45,10 +45,10 @@ def card_line(run_dir: str, stamp: int, method: str, k: int) -> str:
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
-def faithfulness(run_dir: str, _stamp: int, method: str) -> pd.Series:
+def faithfulness(run_dir: str, version: int, method: str) -> pd.Series:
     """Per concept: the mean confidence drop when it is ablated as a test sentence's prediction
     concept (the evaluation's rows, shown seed); NaN for a concept never one."""
-    return concept_faithfulness(load_run(run_dir, _stamp), method)
+    return concept_faithfulness(load_run(run_dir, version), method)
 
 
 def tags_caption(run, method: str, k: int, stamp: int) -> None:
@@ -93,7 +93,7 @@ def filter_and_sort(run, method: str, stamp: int, ids: list[int]) -> list[int]:
 
 
 @st.cache_data(show_spinner="Aligning the concepts with the tags...", max_entries=8)
-def comparison(run_dir: str, _stamp: int) -> pd.DataFrame:
+def comparison(run_dir: str, version: int) -> pd.DataFrame:
     """The run's aligned-concept table, one row per tag set, one column per method (as the maps
     stage stored it, or computed and stored now)."""
-    return tag_alignment.display_frame(tag_alignment.cached_alignment_table(load_run(run_dir, _stamp)))
+    return tag_alignment.display_frame(tag_alignment.cached_alignment_table(load_run(run_dir, version)))
