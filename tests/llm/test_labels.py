@@ -94,6 +94,8 @@ def test_an_explanation_shows_the_labels_of_now_not_of_when_it_was_computed(run)
     now = browse.relabel(ex, {"vqlc": cs.label})
     assert now["methods"]["vqlc"]["prediction_concepts"][0]["label"] == f"c{k}: prediction concept (edited)"
     assert now["salient"][0]["concepts"]["vqlc"]["label"] == cs.label(s) and "(edited)" in cs.label(s)
+    listed = {c["concept"]: c["label"] for c in now["methods"]["vqlc"]["contributions"]}
+    assert listed[k] == cs.label(k) and listed[s] == cs.label(s)  # the attribution's list, named as now
     assert now["methods"]["kmeans"] == ex["methods"]["kmeans"]  # other methods as they were
     shown = {c["concept"]: c["label"] for c in browse.shown_concepts(now, "vqlc")}
     assert shown[k] == cs.label(k)

@@ -174,14 +174,17 @@ def shown_concepts(explanation: dict, method: str, n_prediction: int = 1) -> lis
 
 
 def relabel(explanation: dict, label_of: dict) -> dict:
-    """`explanation` with each concept's label as `label_of[method](k)` gives it now: a stored or
-    cached explanation keeps the labels of when it was computed, and a label may have been written
-    or edited since. Methods without an entry in `label_of` keep theirs."""
+    """`explanation` with each concept's label as `label_of[method](k)` gives it now (its prediction
+    concepts, its concept attribution's list and its salient words' concepts): a stored or cached
+    explanation keeps the labels of when it was computed, and a label may have been written or
+    edited since. Methods without an entry in `label_of` keep theirs."""
     methods = {}
     for m, body in explanation["methods"].items():
         name = label_of.get(m)
         methods[m] = body if name is None else {
-            **body, "prediction_concepts": [{**c, "label": name(c["concept"])} for c in body["prediction_concepts"]]}
+            **body, "prediction_concepts": [{**c, "label": name(c["concept"])} for c in body["prediction_concepts"]],
+            **({"contributions": [{**c, "label": name(c["concept"])} for c in body["contributions"]]}
+               if "contributions" in body else {})}
     salient = [{**s, "concepts": {m: ({**c, "label": label_of[m](c["concept"])} if m in label_of else c)
                                   for m, c in s["concepts"].items()}} for s in explanation["salient"]]
     return {**explanation, "methods": methods, "salient": salient}
