@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.base.test_distributed import FROZEN_ARGS, linked_cache, two_nodes
+from tests.base.test_distributed import APPTEST_ARGS, linked_cache, two_nodes
 from vqlc_core.pipeline.stages import STAGES
 
 pytestmark = pytest.mark.slow
@@ -17,7 +17,7 @@ def test_the_heavy_stages_run_on_every_rank():
 
 
 def test_a_node_that_cannot_see_the_run_folder_stops_the_build_in_one_sentence(tmp_path):
-    done = two_nodes([linked_cache(tmp_path / "a"), linked_cache(tmp_path / "b")], "blind", FROZEN_ARGS, timeout=300)
+    done = two_nodes([linked_cache(tmp_path / "a"), linked_cache(tmp_path / "b")], "blind", APPTEST_ARGS, timeout=300)
     for p in done:
         assert p.returncode != 0
         errors = [line for line in p.stderr.splitlines() if line.startswith("vqlc: error:")]

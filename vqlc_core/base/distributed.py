@@ -157,12 +157,18 @@ def moments(batches: Iterable[torch.Tensor], dim: int, all_reduce: Callable[[tor
 
 def all_reduce_grads_(params: list[torch.Tensor], all_reduce: Callable[[torch.Tensor], None]) -> None:
     """Sum every gradient over the ranks in one all-reduce of a flat buffer on the first
-    parameter's device (a parameter a rank left without gradient counts as zero; fine-tuning's
-    head stays on the CPU beside a model on the GPU)."""
+    parameter's device (fine-tuning's head stays on the CPU beside a model on the GPU). A rank
+    that left a parameter without gradient adds zeros; a parameter no rank gave a gradient (one
+    the forward does not use, e.g. BERT's pooler) keeps none, as in one process, so the optimizer
+    skips it there too instead of decaying it."""
     import torch
 
+    device = params[0].device
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    flat = torch.cat([g.reshape(-1).to(params[0].device) for g in grads])
+    used = torch.tensor([float(p.grad is not None) for p in params], dtype=grads[0].dtype)
+    flat = torch.cat([*(g.reshape(-1).to(device) for g in grads), used.to(device)])
     all_reduce(flat)
-    for p, g in zip(params, flat.split([p.numel() for p in params])):
-        p.grad = g.view_as(p).to(p.device)
+    sizes = [p.numel() for p in params]
+    parts, used = flat[: sum(sizes)].split(sizes), flat[sum(sizes):].cpu()
+    for p, g, n in zip(params, parts, used):
+        p.grad = g.view_as(p).to(p.device, copy=True) if n > 0 else None  # its own allocation, as in one process
