@@ -89,3 +89,19 @@ def test_minilm_in_training_mode_gives_each_row_the_same_output_in_any_part(tmp_
     for parts in (two, three):
         assert float((parts - whole)[real].abs().max()) < 1e-4
     assert float((other - whole)[real].abs().max()) > 1e-2  # the masks matter: other masks, other states
+
+
+def test_a_model_without_eager_attention_still_trains_under_the_batch_masks():
+    class NoEager(nn.Module):
+        config = type("Config", (), {"attention_probs_dropout_prob": 0.1, "_attn_implementation": "sdpa"})()
+
+        def set_attn_implementation(self, name):
+            raise ValueError(f"{name} is not supported")
+
+    model = NoEager().train()
+    x = torch.ones(4, 3)
+    torch.manual_seed(1)
+    with batch_masks(model, (0, 4), 4):
+        out = nn.functional.dropout(x, 0.5, True)
+    assert out.shape == x.shape and set(out.unique().tolist()) <= {0.0, 2.0}
+    assert torch.nn.functional.dropout is TORCH_DROPOUT and model.config._attn_implementation == "sdpa"

@@ -63,7 +63,10 @@ def batch_masks(model: nn.Module, rows: tuple[int, int], total: int) -> Iterator
     switch = attention_dropout(model) > 0 and attn not in (None, "eager") and hasattr(model, "set_attn_implementation")
     try:
         if switch:
-            model.set_attn_implementation("eager")
+            try:
+                model.set_attn_implementation("eager")
+            except (ValueError, NotImplementedError):  # a model without eager attention trains as it is:
+                switch = False  # its fused kernel's masks then depend on the rank, as torch's dropout's do
         F.dropout = dropout
         yield
     finally:
