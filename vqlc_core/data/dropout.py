@@ -42,11 +42,31 @@ def attention_dropout(model: nn.Module) -> float:
 
 
 @contextmanager
+def eager_attention(model: nn.Module) -> Iterator[None]:
+    """Inside the block, a model whose attention dropout is on uses eager attention (a fused
+    kernel draws its own masks); a model already eager, without attention dropout, or unable to
+    switch is left as it is. Fine-tuning enters it once for the whole run (`finetune.finetune`),
+    so `batch_masks` finds the model eager and switches nothing at each step."""
+    attn = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    switch = attention_dropout(model) > 0 and attn not in (None, "eager") and hasattr(model, "set_attn_implementation")
+    if switch:
+        try:
+            model.set_attn_implementation("eager")
+        except (ValueError, NotImplementedError):  # a model without eager attention trains as it is:
+            switch = False  # its fused kernel's masks then depend on the rank, as torch's dropout's do
+    try:
+        yield
+    finally:
+        if switch:
+            model.set_attn_implementation(attn)
+
+
+@contextmanager
 def batch_masks(model: nn.Module, rows: tuple[int, int], total: int) -> Iterator[None]:
     """Inside the block, every dropout of `model`'s forward keeps rows [lo, hi) of a mask drawn
-    for all `total` rows (see the module's docstring); the model's attention is eager while it
-    runs if its attention dropout is on. Not thread-safe: `torch.nn.functional.dropout` is
-    replaced for the block (training runs one forward at a time)."""
+    for all `total` rows (see the module's docstring), under `eager_attention`. Not thread-safe:
+    `torch.nn.functional.dropout` is replaced for the block (training runs one forward at a
+    time)."""
     lo, hi = rows
     torch_dropout = F.dropout
 
@@ -59,17 +79,9 @@ def batch_masks(model: nn.Module, rows: tuple[int, int], total: int) -> Iterator
         keep = torch.rand(shape, device=input.device)[lo:hi] >= p
         return input * keep.to(input.dtype) * (1.0 / (1.0 - p))
 
-    attn = getattr(getattr(model, "config", None), "_attn_implementation", None)
-    switch = attention_dropout(model) > 0 and attn not in (None, "eager") and hasattr(model, "set_attn_implementation")
-    try:
-        if switch:
-            try:
-                model.set_attn_implementation("eager")
-            except (ValueError, NotImplementedError):  # a model without eager attention trains as it is:
-                switch = False  # its fused kernel's masks then depend on the rank, as torch's dropout's do
+    with eager_attention(model):
         F.dropout = dropout
-        yield
-    finally:
-        F.dropout = torch_dropout
-        if switch:
-            model.set_attn_implementation(attn)
+        try:
+            yield
+        finally:
+            F.dropout = torch_dropout

@@ -24,7 +24,7 @@ from vqlc_core.base import checkpoint, distributed
 from vqlc_core.base.options import flag
 from vqlc_core.base.runio import RunError, read_json, read_safetensors, write_json, write_safetensors
 from vqlc_core.data.backbone import Backbone
-from vqlc_core.data.dropout import row_range
+from vqlc_core.data.dropout import eager_attention, row_range
 from vqlc_core.data.settings import FinetuneConfig
 from vqlc_core.data.tuning import (add_lora, bucketed_batches, check_texts, dev_accuracy,
                                    digest, epoch_seed, fingerprint, lr_factor, memory_estimate, plain_state,
@@ -85,7 +85,8 @@ def finetune(backbone: Backbone, texts_df, class_names: list[str], cfg: Finetune
     n_parts = max(plan.parts, ranks)  # each batch's parts, shared out among the ranks
     reduce = distributed.collectives().all_reduce if ranks > 1 else None
     progress = progress and main
-    with torch.random.fork_rng(devices=[]):  # leave the caller's global RNG as it was
+    # leave the caller's global RNG as it was; the attention eager once for the run (`dropout.batch_masks`)
+    with torch.random.fork_rng(devices=[]), eager_attention(backbone.model):
         torch.manual_seed(plan.seed)
         head = nn.Linear(backbone.hidden_size, len(class_names))
         lora = add_lora(backbone, plan) if plan.mode == "lora" else None
