@@ -4,7 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/setup.sh requirements-docs.txt
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 if [ "${1:-serve}" = build ]; then
   shift || true
   exec .venv/bin/python -m mkdocs build --strict "$@"

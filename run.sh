@@ -4,7 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/setup.sh requirements.txt
-export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}" TRANSFORMERS_OFFLINE="${TRANSFORMERS_OFFLINE:-1}"
+# The bundled models (minilm, smollm2-135m) load from cache/ with no network; a hub name (--model
+# org/name) is fetched from the Hugging Face hub, and where the hub is out of reach the build says
+# so in one sentence. Short hub timeouts: a network that drops packets fails in seconds, not minutes.
+export HF_HUB_ETAG_TIMEOUT="${HF_HUB_ETAG_TIMEOUT:-5}" HF_HUB_DOWNLOAD_TIMEOUT="${HF_HUB_DOWNLOAD_TIMEOUT:-30}"
 # With no arguments a fully built default run is served as it is (whatever settings it was built
 # with, e.g. --seeds 0 1 2 for the README's results); otherwise the build makes or finishes it.
 if [ $# -gt 0 ] || ! .venv/bin/python -c "

@@ -14,6 +14,7 @@ import torch
 
 from vqlc_core.base.runio import SourceError, read_json
 from vqlc_core.data.gguf_files import conversion_dir, conversion_dtype, converted, gguf_tokenizer, smollm2_gguf
+from vqlc_core.data.hub import HUB_HELP, hub_failure, hub_reachable
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,6 @@ DECODER_TYPES = {
     "gemma3_text", "gpt2", "gpt_neo", "gpt_neox", "gptj", "phi", "phi3", "olmo", "olmo2",
     "falcon", "opt", "bloom", "smollm3", "granite", "stablelm", "starcoder2",
 }
-HUB_HELP = "give --model a local directory, a .gguf file, or one of the offline presets: minilm, smollm2-135m"
 
 
 @dataclass
@@ -76,33 +76,13 @@ def _smollm2(cache_dir: Path) -> ModelSource:
     return _source_from_dir("smollm2-135m", converted("smollm2-135m", smollm2_gguf(cache_dir), cache_dir / "models"))
 
 
-def _hub_reachable() -> bool:
-    """False when the hub is certainly out of reach, to fail at once instead of after ~30 s of retries."""
-    import socket
-    from urllib.parse import urlparse
-
-    import huggingface_hub.constants as hub
-
-    if hub.HF_HUB_OFFLINE:
-        return False
-    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
-        return True  # the proxy resolves names; let the download try
-    try:
-        socket.getaddrinfo(urlparse(hub.ENDPOINT).hostname, 443)
-        return True
-    except OSError as err:
-        log.debug("the hub at %s is out of reach: %s", hub.ENDPOINT, err)
-        return False
-
-
 def _hub_source(spec: str) -> ModelSource:
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import EntryNotFoundError
     from transformers import AutoConfig
 
-    failure = SourceError(f"Model '{spec}' could not be loaded from the Hugging Face hub (offline or not found); "
-                          f"{HUB_HELP}.")
-    if not _hub_reachable():
+    failure = hub_failure(spec)
+    if not hub_reachable():
         raise failure
     try:
         config = AutoConfig.from_pretrained(spec).to_dict()

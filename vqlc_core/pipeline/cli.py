@@ -26,6 +26,7 @@ from pathlib import Path
 from vqlc_core.base import distributed
 from vqlc_core.base.options import field_default, field_flag
 from vqlc_core.base.runio import RunError, check_run_name, read_json
+from vqlc_core.data.hub import check_hub
 from vqlc_core.pipeline.config import PRESETS, SECTIONS, BuildConfig, preset, section_fields
 from vqlc_core.pipeline.stages import stage_names, stage_reads, stages_needed
 from vqlc_core.llm.settings import JudgeConfig, LabelConfig
@@ -326,6 +327,8 @@ def main(argv: list[str] | None = None) -> int:
             settings = JudgeConfig if args.command == "judge" else LabelConfig
             print(module.command(run, settings(**{f.name: getattr(args, f.name) for f in fields(settings)})), end="")
             return 0
+        if getattr(args, "model", None):
+            check_hub(args.model)  # before the pipeline's imports: an unreachable hub answers in seconds
         from vqlc_core.pipeline.build import build
 
         cfg = config_from_args(args)
