@@ -183,15 +183,60 @@ def test_the_command_reference_has_every_command_and_option_of_the_parser():
 
 
 READER_FILES = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
-# Words a reader of the project cannot place: the tracker's numbers and the machinery's sessions and machine.
-NOT_FOR_READERS = re.compile(r"\bissues? #?\d+|(?<![\w/])#\d+\b|\bsessions?\b|\bthis machine\b", re.I)
+WORDED_FILES = [*READER_FILES, *sorted(ROOT.glob("requirements*.txt"))]
+# Words a reader of the project cannot place: the tracker's numbers, the machinery's sessions and
+# machines, the code's history, and paths outside the repository.
+NOT_FOR_READERS = re.compile(
+    r"\bissues? #?\d+|(?<![\w/])#\d+\b|\bsessions?\b|\blent\b|\bapptest\b"
+    r"|\bthis (?:[\w.-]+ ){0,2}(?:machine|CPU|computer|box)\b|\bthe earlier version\b|\bfor lack of time\b"
+    r"|\+changes\b|\.\./shared/", re.I)
 
 
-@pytest.mark.parametrize("path", READER_FILES, ids=lambda p: p.relative_to(ROOT).as_posix())
-def test_no_issue_numbers_sessions_or_this_machine_for_readers(path):
-    found = [f"{n}: {m.group(0)!r}" for n, line in enumerate(path.read_text().splitlines(), 1)
-             for m in NOT_FOR_READERS.finditer(line)]
-    assert found == [], found
+def reader_words(text: str) -> list[str]:
+    return [f"{n}: {m.group(0)!r}" for n, line in enumerate(text.splitlines(), 1) for m in NOT_FOR_READERS.finditer(line)]
+
+
+def test_words_a_reader_cannot_place_are_found():
+    assert len(reader_words("one GPU was lent\non this 24 GB machine, on this CPU; see issue 51\n"
+                            "A review of the earlier version; abc123+changes; ../shared/OFFLINE.md; apptest")) == 8
+    assert reader_words("a silent run, on a machine with a GPU, on the CPU; this code") == []
+
+
+# Written by bench/ from the results it stored (their commits end in "+changes" when the tree had
+# uncommitted changes); mended when bench/ rewrites them.
+BENCH_WRITTEN = {DOCS / "benchmarks.md", *(DOCS / "results").glob("*.md")}
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xfail(reason="written by bench/", strict=False))
+                                  if p in BENCH_WRITTEN else p for p in WORDED_FILES],
+                         ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_no_issue_numbers_sessions_machines_or_history_for_readers(path):
+    assert reader_words(path.read_text()) == []
+
+
+def test_no_words_a_reader_cannot_place_in_the_built_api_and_command_pages(site):
+    """The help texts and docstrings, as the site shows them."""
+    found = {}
+    for name in ("reference/api.html", "reference/cli.html"):
+        page = _Page()
+        page.feed((site / name).read_text())
+        if words := [w for w in reader_words(" ".join(page.text)) if "session" not in w]:  # a browser's, there
+            found[name] = words
+    assert found == {}, found
+
+
+def test_a_section_of_the_readme_or_a_page_named_in_the_code_or_the_docs_exists():
+    """`(README, "Prediction concepts")` in a help text or docstring names a heading that is there."""
+    named = re.compile(r"(README(?:\.md)?|docs/[\w/-]+\.md)(?:'s)?,? [\"'\u201c]([^\"'\u201d\n]{3,60})[\"'\u201d]")
+    missing = []
+    for path in [*sorted((ROOT / "vqlc_core").rglob("*.py")), *WORDED_FILES]:
+        for where, section in named.findall(path.read_text()):
+            page = ROOT / ("README.md" if where.startswith("README") else where)
+            headings = [line.lstrip("#").strip() for line in page.read_text().splitlines() if line.startswith("#")] \
+                if page.exists() else []
+            if not any(section.lower() in h.lower() for h in headings):
+                missing.append(f"{path.relative_to(ROOT)}: {where} {section!r}")
+    assert missing == [], missing
 
 
 def test_the_readme_is_short_and_its_four_paths_come_early():
@@ -213,15 +258,146 @@ def test_every_relative_link_of_the_readme_and_the_pages_exists():
     assert missing == []
 
 
-def test_the_site_builds_strictly_and_offline(tmp_path):
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The site, built once for the tests that read it: `mkdocs build --strict`, offline."""
+    out = tmp_path_factory.mktemp("site")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9"}
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(out)],
                           capture_output=True, text=True, cwd=ROOT, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    page = (tmp_path / "site" / "reference" / "api.html").read_text()
+    return out
+
+
+def test_the_site_builds_strictly_and_offline(site):
+    page = (site / "reference" / "api.html").read_text()
     assert 'id="vqlc_core.pipeline.run.open_run"' in page and "cache_dir" in page  # the docstring, rendered
-    home = (tmp_path / "site" / "index.html").read_text()
+    home = (site / "index.html").read_text()
     assert "fonts.googleapis" not in home and "fonts.gstatic" not in home  # nothing fetched when a reader opens it
+
+
+# --------------------------------------------------------------- nothing vanishes in the built HTML
+
+from html.parser import HTMLParser  # noqa: E402
+
+# Every element a page of the site may hold (HTML, the SVG of its icons, MathML none); anything else
+# is a placeholder such as <run> written outside a code span, which a browser hides.
+HTML_TAGS = set("""a abbr address area article aside audio b base bdi bdo blockquote body br button canvas caption
+cite code col colgroup data datalist dd del details dfn dialog div dl dt em embed fieldset figcaption figure footer
+form h1 h2 h3 h4 h5 h6 head header hgroup hr html i iframe img input ins kbd label legend li link main map mark menu
+meta meter nav noscript object ol optgroup option output p param picture pre progress q rp rt ruby s samp script
+search section select slot small source span strong style sub summary sup table tbody td template textarea tfoot th
+thead time title tr track u ul var video wbr svg path g circle rect line polyline polygon ellipse defs use symbol
+clippath lineargradient stop mask text tspan""".split())
+# What a vanished placeholder leaves in the text: a path with an empty part, a file name without its stem.
+VANISHED_TEXT = re.compile(r"(?<![:/\w])//(?!/)|\b(?:runs|seeds|methods|ui|llm)//|[/ ]_\.json\b|\b\w+_\.json\b|--concepts\.html")
+
+
+class _Page(HTMLParser):
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.unknown, self.text, self._skip = [], [], 0
+
+    def handle_starttag(self, tag, attrs):
+        if tag not in HTML_TAGS:
+            self.unknown.append(f"<{tag}>")
+        self._skip += tag in ("script", "style")
+
+    def handle_endtag(self, tag):
+        if tag not in HTML_TAGS:
+            self.unknown.append(f"</{tag}>")
+        self._skip -= tag in ("script", "style")
+
+    def handle_data(self, data):
+        if not self._skip:
+            self.text.append(data)
+
+
+def vanished(html: str) -> list[str]:
+    """What a reader would miss on a page: placeholders read as tags, and the gaps they leave."""
+    page = _Page()
+    page.feed(html)
+    text = " ".join(page.text)
+    return sorted(set(page.unknown)) + [f"...{text[max(m.start() - 30, 0):m.end() + 10]}..."
+                                        for m in VANISHED_TEXT.finditer(text)]
+
+
+def test_a_placeholder_outside_a_code_span_is_found():
+    assert vanished("<p>written under /runs/<run>/ and llm/labels_<method>.json</p>") != []
+    assert vanished("<p>written under <code>&lt;cache&gt;/runs/&lt;run&gt;/</code>, see https://x.org/a</p>") == []
+
+
+def test_no_placeholder_vanishes_from_the_built_site(site):
+    found = {p.relative_to(site).as_posix(): v for p in sorted(site.rglob("*.html")) if (v := vanished(p.read_text()))}
+    assert found == {}, found
+
+
+# --------------------------------------------------------------- every command in the docs exists
+
+CODE_BLOCK = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```", re.S | re.M)
+SHELL = ("", "bash", "sh", "shell", "console", "zsh")
+
+
+def doc_commands(text: str) -> list[list[str]]:
+    """The vqlc command lines of a page's fenced code blocks, each as the arguments the parser
+    reads: `vqlc ...`, `.venv/bin/vqlc ...`, `python -m vqlc_core ...`, `torchrun ... -m vqlc_core ...`,
+    and `./run.sh ...` (which hands its arguments to `build --preset default`)."""
+    import shlex
+
+    out = []
+    for language, block in CODE_BLOCK.findall(text):
+        if language not in SHELL:
+            continue
+        for line in block.replace("\\\n", " ").splitlines():
+            try:
+                words = shlex.split(line, comments=True)
+            except ValueError:
+                continue
+            while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):  # VAR=value before a command
+                words = words[1:]
+            if not words:
+                continue
+            if words[0].endswith("run.sh"):
+                out.append(["build", "--preset", "default", *words[1:]])
+            elif words[0].split("/")[-1] == "vqlc":
+                out.append(words[1:])
+            elif "vqlc_core" in words and words.index("vqlc_core") > 0 and words[words.index("vqlc_core") - 1] == "-m":
+                if words[0].split("/")[-1].startswith(("python", "torchrun")):
+                    out.append(words[words.index("vqlc_core") + 1:])
+    return out
+
+
+def parse_error(argv: list[str]) -> str | None:
+    """None when the command line's own parser takes `argv`, else what it said."""
+    import contextlib
+    import io
+
+    from vqlc_core.pipeline.cli import parser
+
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            parser().parse_args(argv)
+    except SystemExit as stop:
+        if stop.code not in (0, None):
+            return err.getvalue().strip().splitlines()[-1]
+    return None
+
+
+def test_a_wrong_command_or_option_in_the_docs_is_found():
+    lines = doc_commands("```bash\n.venv/bin/vqlc build --presett default\nvqlc trian --run x\n"
+                         "torchrun --nproc_per_node=2 -m vqlc_core build --run-name big \\\n  --chunk-texts 256\n```\n")
+    assert [parse_error(a) is not None for a in lines] == [True, True, False]
+
+
+def test_every_command_in_the_readme_and_the_docs_is_one_the_parser_takes():
+    wrong, seen = [], 0
+    for path in READER_FILES:
+        for argv in doc_commands(path.read_text()):
+            seen += 1
+            if (said := parse_error(argv)) is not None:
+                wrong.append(f"{path.relative_to(ROOT)}: vqlc {' '.join(argv)} -> {said}")
+    assert seen >= 20 and wrong == [], wrong
 
 
 @pytest.mark.slow

@@ -2,7 +2,7 @@
 discover concepts in them with VQLC, K-Means, LACOAT and an SAE, explain and ablate
 predictions with those concepts, and measure how faithful the explanations are.
 
-The public API, for a notebook (the README's "From Python" runs it in the tests):
+The public API, for a notebook (docs/guides/notebooks.md shows it at work):
 
     import vqlc_core as vq
     run = vq.open_run("default")                 # a built run, by name or path

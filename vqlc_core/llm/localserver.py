@@ -3,8 +3,8 @@ started by vqlc on a free 127.0.0.1 port with the local SmolLM2-135M-Instruct mo
 decoder preset, and stopped when the command is done, also on an error or Ctrl-C.
 
 A 135M model is a weak judge and labeller: it copies the worked example it is shown, breaks the
-JSON now and then, and rates with little regard to the concept (README, "LLM judges and concept
-labels"). The point of this default is that the whole path (prompts, record, parsing,
+JSON now and then, and rates with little regard to the concept (docs/guides/llm.md, "A 135M model
+is a weak judge"). The point of this default is that the whole path (prompts, record, parsing,
 aggregation, agreement) runs with no network and no key; real judgements come from a capable
 model behind any OpenAI-compatible endpoint (`--judge`).
 """

@@ -13,8 +13,8 @@ from vqlc_core.base.options import at_least, one_of, opt
 # describes it: farthest-first initialisation, dead codes re-seeded with the largest-error rows,
 # no penalty beyond reconstruction and commitment (the centring and one global scale of
 # center_rms move and scale the space as a whole, so nearest codes and farthest-first are as on
-# the raw states). "default" was chosen by measurement (bench/vqlc_settings.py, README "Which
-# VQLC settings"): on the paper's settings farthest-first spends every code on the periphery, the
+# the raw states). "default" was chosen by measurement (bench/vqlc_settings.py; docs/design.md,
+# "Which VQLC settings"): on the paper's settings farthest-first spends every code on the periphery, the
 # mean-pooled prediction rows in the dense centre share one or two codes, and largest-error
 # re-seeding only ever adds codes further out.
 VARIANTS: dict[str, dict] = {
@@ -40,8 +40,8 @@ class VQLCOptions:
     fit_on: str = opt("fitset", "VQLC trains on the shared fit set or on all train rows", flag="--fit-on",
                       choices=("fitset", "all"))
     variant: str = opt("default", "VQLC's settings: default (k-means++ initialisation, dead codes re-seeded from "
-                                  "random batch rows, rows normalised to one norm; chosen by measurement, see the "
-                                  "README) or paper (farthest-first initialisation, largest-error re-seeding, no "
+                                  "random batch rows, rows normalised to one norm; chosen by measurement, see "
+                                  "docs/design.md) or paper (farthest-first initialisation, largest-error re-seeding, no "
                                   "orthogonality penalty)", flag="--vqlc-variant", choices=tuple(VARIANTS))
 
     def __post_init__(self):

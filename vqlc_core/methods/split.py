@@ -3,7 +3,7 @@ concepts and on the prediction rows with `prediction_concepts` more, by the same
 
 A prediction representation (the pooled state the classifier reads) is not a word: mean-pooled,
 it lands among function-word states, and in one shared set of K concepts it shared a concept with
-them ("., a, an") for almost every sentence (README, "Prediction concepts"). `SplitConcepts`
+them ("., a, an") for almost every sentence (docs/design.md, "Prediction concepts"). `SplitConcepts`
 keeps the method's own fit, predict and save, and only routes rows: word rows get ids 0..K-1 from
 the word estimator, prediction rows ids K..K+Kp-1 from the prediction estimator. The rest of vqlc
 sees one concept set of K + Kp concepts and asks any method, split or not, for the concepts of

@@ -1,6 +1,6 @@
 """Command line: `vqlc {extract,train,build,report,export-html,sae-compare,judge,label,runs}` (also
-`python -m vqlc_core ...`, and under `torchrun ... -m vqlc_core extract|train`; see the README,
-"Running on several machines").
+`python -m vqlc_core ...`, and under `torchrun ... -m vqlc_core build|extract|train`; see
+docs/guides/gpu.md, "Several machines").
 
 The options are generated from the config dataclasses (`config.py`), so their defaults and help
 live in one place. Every mistake a user can make ends in one sentence on stderr and exit

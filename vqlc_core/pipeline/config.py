@@ -70,7 +70,7 @@ class MethodsConfig:
                                + "; ".join(f"{k}: {v}" for k, v in CONCEPT_VECTORS.items()), choices=tuple(CONCEPT_VECTORS))
     prediction_concepts: int = opt(PREDICTION_CONCEPTS, "concepts of the prediction representations, fitted by "
                                    "each method on the train prediction rows alone beside its K word concepts "
-                                   "(chosen by measurement, README 'Prediction concepts'); 0: one set of K "
+                                   "(chosen by measurement; docs/design.md, 'Prediction concepts'); 0: one set of K "
                                    "concepts for every row, as the paper describes it")
     seeds: tuple[int, ...] | None = opt(None, "train every method once per seed on the same store and evaluate "
                                               "each, for intervals over seeds; the first seed's concepts are the "

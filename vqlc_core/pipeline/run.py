@@ -173,8 +173,8 @@ class Run:
                          ig_baseline_name="neutral" if base is not None else "given")
 
     def method_dir(self, method: str, seed: int | None = None) -> Path:
-        """Where a method's model and concepts live: methods/<m>/ for the first of the build's
-        seeds (the one the dashboard shows), methods/<m>/seeds/<seed>/ for the others."""
+        """Where a method's model and concepts live: `methods/<m>/` for the first of the build's
+        seeds (the one the dashboard shows), `methods/<m>/seeds/<seed>/` for the others."""
         base = self.dir / "methods" / method
         return base if seed is None or seed == self.cfg.method_seeds[0] else base / "seeds" / str(seed)
 
