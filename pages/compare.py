@@ -1,5 +1,7 @@
-"""Compare: every built method side by side on one input (in registry order, by display name), each with
-its own ablation toggles; the corpus-level faithfulness table and chart; fit time and peak memory per method."""
+"""Compare: every built method side by side on one input (in registry order, by display name), each
+with its waterfall of the input's concepts (what tells the methods apart on this input) and its
+ablation toggles; below, the corpus-level figures per method in tabs: faithfulness, energy-matched
+controls, the instruments beyond the single cut, cost, SAE features and linguistic tags."""
 
 import streamlit as st
 
@@ -18,66 +20,78 @@ def table(frame) -> None:
 
 run, _ = vqlc_ui.sidebar(need=("classifier", "evaluate"), choose_method=False)
 st.title("Compare concept methods")
-text, ex = vqlc_ui.explained_text(run, "Type a sentence to compare the methods on.", height=80)
+text, ex, chosen = vqlc_ui.explained_text(run, "Type a sentence to compare the methods on.", height=80,
+                                          choose=vqlc_ui.options)
 rd, sp = str(run.dir), vqlc_ui.stamp(run)
-st.markdown(f"Prediction **{vqlc_ui.plain(ex['prediction'])}** (confidence {ex['confidence']:.3f})")
-st.caption(browse.PROBABILITY_HELP)
+st.markdown(f"Prediction **{vqlc_ui.plain(ex['prediction'])}** (confidence {ex['confidence']:.3f})",
+            help=vqlc_ui.explanation.WATERFALL_HELP)
 
 methods = run.methods_built()  # in registry order
 for col, m in zip(st.columns(len(methods)), methods):
     with col:
         st.subheader(display_name(m))
-        cs = vqlc_ui.concepts(rd, sp, m)
-        ids = ex["methods"][m]["word_concepts"]
-        vqlc_ui.colored_sentence(text, ex["words"], ids, browse.word_labels(ex, m, cs.label))
-        vqlc_ui.contributions(ex, m, key=f"compare_{m}", run=run)
-        ablated = vqlc_ui.ablation_panel(run, m, text, ex, cloud_width=110)
+        vqlc_ui.sentence(run, ex, m, text, chosen["colour"])
+        if vqlc_ui.additive_view(ex, m, key=f"compare_{m}", top=6, label_width=26):
+            b = ex["methods"][m]
+            st.caption(f"All together: drop {b['joint']:+.3f}; interaction share {b['interaction']:.2f}.",
+                       help=vqlc_ui.explanation.how_scored(b))
+        with st.expander("Ranked concepts and ablation"):
+            vqlc_ui.ranked_list(ex, m, run)
+            ablated = vqlc_ui.ablation_panel(run, m, text, ex, cloud_width=110, intervention=chosen["intervention"])
         vqlc_ui.pin_button(run, m, text, key=f"pin_{m}", ablated=ablated)
 
-st.header("Faithfulness over the test set")
-st.caption("Each row ablates centred concept directions at layer l on every test sentence (and seed): the mean drop "
-           "in the predicted class's confidence with its 95% bootstrap interval, the flip rate, and the share of the "
-           "pooled representation's energy removed. The 'control' rows (global mean, random direction, class "
-           "direction) and each method's 'random concept' row are what a concept must beat.")
+st.header("Over the test set", help="Corpus-level figures per method: each ablates concept directions at layer l at "
+          "every position (the global intervention) on every test sentence and seed.")
 faith, measures = vqlc_ui.evaluation(rd, sp)
-table(charts.display_frame(faith))
-st.plotly_chart(charts.faithfulness_figure(faith), width="stretch", key="faith_chart")
-st.subheader("Against energy-matched controls")
-st.caption("Each target's drop minus its control's on the same sentences and seeds, where the control is the other "
-           "concept(s) of the same method (for a prediction concept, another concept that holds train predictions), "
-           "or random direction(s) drawn from the train states' distribution, whose ablation removes the energy "
-           "closest to the target's. Above zero: the concept matters more than an equally large cut. The prediction "
-           "concept is also set against the class direction (the centred mean of the train predictions of the "
-           "sentence's predicted class): at or below zero, it says no more than the predicted class.")
-st.markdown(tables.matched_table(run))
-st.subheader("Beyond the single cut")
-st.caption("The same prediction concepts and controls measured otherwise, on a sample of the test sentences: "
-           + "; ".join(f"**{m}**: {d}" for m, d in instrument.DESCRIPTIONS.items())
-           + ". ERASER's controls are as many random words of the same sentence; the others are the matched cuts "
-             "above. Each row is the target's value minus its control's with its 95% interval.")
-ins_table, curves = vqlc_ui.instruments(rd, sp)
-st.markdown(ins_table)
-if curves is not None:
-    st.plotly_chart(charts.dose_figure(curves), width="stretch", key="dose_chart")
-st.header("Cost and codebook use")
-cost = browse.cost_table(measures)
-table(charts.display_frame(cost))
-st.plotly_chart(charts.cost_figure(cost), width="stretch", key="cost_chart")
-if comparison := sae_compare.load(run):  # written by `vqlc sae-compare`, dropped once a method is rebuilt
-    st.header("Concepts against SAE features")
-    st.caption("Per method: active features per word (L0), features that fire on no row, the share of test sentences "
-               "a feature fires on (median / 90th percentile), R² of the dev rows' reconstruction (a centroid for "
-               "clusters), a logistic-regression probe on each sentence's bag of features and how many features, "
-               "by |coefficient|, reach 90% of its accuracy, and the confidence drop of ablating the prediction "
-               "concept.")
-    st.markdown(sae_compare.markdown(comparison))
-st.header("Alignment with linguistic tags")
-if run.tags is None:
-    st.info("This run has no linguistic tags yet; build it again to run the annotate stage.")
-else:
-    st.caption("As ConceptX aligns concepts with human-defined ones: a concept is aligned with a tag when "
-               f"{tag_alignment.ALIGNMENT_RULE}. Per method and "
-               "tag set: concepts aligned (mean over seeds [95% interval]), their share of the concepts with 5 or "
-               "more train members, and the distinct tags they cover.")
-    tags.missing_caption(run)
-    st.dataframe(tags.comparison(rd, sp), hide_index=True)
+comparison = sae_compare.load(run)  # written by `vqlc sae-compare`, dropped once a method is rebuilt
+names = ["Faithfulness", "Against matched controls", "Beyond the single cut", "Cost and codebook use",
+         *(["Against SAE features"] if comparison else []), "Linguistic tags"]
+tabs = dict(zip(names, st.tabs(names)))
+with tabs["Faithfulness"]:
+    st.subheader("Faithfulness", help="Each row ablates centred concept directions at layer l on every test sentence "
+                 "(and seed): the mean drop in the predicted class's confidence with its 95% bootstrap interval, the "
+                 "flip rate, and the share of the pooled representation's energy removed. The 'control' rows (global "
+                 "mean, random direction, class direction) and each method's 'random concept' row are what a concept "
+                 "must beat.")
+    st.plotly_chart(charts.faithfulness_figure(faith), width="stretch", key="faith_chart")
+    table(charts.display_frame(faith))
+with tabs["Against matched controls"]:
+    st.subheader("Against energy-matched controls", help="Each target's drop minus its control's on the same "
+                 "sentences and seeds, where the control is the other concept(s) of the same method (for a prediction "
+                 "concept, another concept that holds train predictions), or random direction(s) drawn from the train "
+                 "states' distribution, whose ablation removes the energy closest to the target's. Above zero: the "
+                 "concept matters more than an equally large cut. The prediction concept is also set against the "
+                 "class direction (the centred mean of the train predictions of the sentence's predicted class): at or "
+                 "below zero, it says no more than the predicted class.")
+    st.markdown(tables.matched_table(run))
+with tabs["Beyond the single cut"]:
+    st.subheader("Beyond the single cut", help="The same prediction concepts and controls measured otherwise, on a "
+                 "sample of the test sentences: " + "; ".join(f"{m}: {d}" for m, d in instrument.DESCRIPTIONS.items())
+                 + ". ERASER's controls are as many random words of the same sentence; the others are the matched cuts. "
+                   "Each row is the target's value minus its control's with its 95% interval.")
+    ins_table, curves = vqlc_ui.instruments(rd, sp)
+    if curves is not None:
+        st.plotly_chart(charts.dose_figure(curves), width="stretch", key="dose_chart")
+    st.markdown(ins_table)
+with tabs["Cost and codebook use"]:
+    cost = browse.cost_table(measures)
+    st.plotly_chart(charts.cost_figure(cost), width="stretch", key="cost_chart")
+    table(charts.display_frame(cost))
+if comparison:
+    with tabs["Against SAE features"]:
+        st.caption("Per method: active features per word (L0), features that fire on no row, the share of test "
+                   "sentences a feature fires on (median / 90th percentile), R² of the dev rows' reconstruction (a "
+                   "centroid for clusters), a logistic-regression probe on each sentence's bag of features and how "
+                   "many features, by |coefficient|, reach 90% of its accuracy, and the confidence drop of ablating "
+                   "the prediction concept.")
+        st.markdown(sae_compare.markdown(comparison))
+with tabs["Linguistic tags"]:
+    if run.tags is None:
+        st.info("This run has no linguistic tags yet; build it again to run the annotate stage.")
+    else:
+        st.caption("Concepts aligned with a tag, per method and tag set.", help="As ConceptX aligns concepts with "
+                   f"human-defined ones: a concept is aligned with a tag when {tag_alignment.ALIGNMENT_RULE}. Per "
+                   "method and tag set: concepts aligned (mean over seeds [95% interval]), their share of the concepts "
+                   "with 5 or more train members, and the distinct tags they cover.")
+        tags.missing_caption(run)
+        st.dataframe(tags.comparison(rd, sp), hide_index=True)

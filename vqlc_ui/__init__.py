@@ -21,14 +21,16 @@ try:
                           load_run,
                           prediction_members, stamp, texts, tokens, warm_up)
     from .escape import plain
-    from .views import ablation_panel, colored_sentence, contributions, concept_picture, concept_view, prediction_concept
+    from .views import ablation_panel, colored_sentence, concept_picture, concept_view
+    from .explanation import (additive_view, contributions, options, prediction_panel, ranked_list, sentence,
+                              word_contexts)
     from .widgets import (EXAMPLE, app_navigation, build_messages, explained_text, guard, persisted, pin_button, rebuild_button, sidebar, text_input, text_key,
                           well_formed_typing)
 finally:
     _quiet.setLevel(_level)
 
 __all__ = ["EXAMPLE", "ablate", "app_navigation", "build_messages", "ablation_panel", "cache_dir", "cloud", "colored_sentence", "contributions",
-           "concept_map", "concept_picture", "concept_view", "concepts", "evaluation", "explain", "explained_text",
+           "concept_map", "additive_view", "options", "prediction_panel", "ranked_list", "sentence", "word_contexts", "concept_picture", "concept_view", "concepts", "evaluation", "explain", "explained_text",
            "explainer", "guard", "instruments",
-           "load_run", "persisted", "pin_button", "plain", "prediction_concept", "prediction_members", "rebuild_button",
+           "load_run", "persisted", "pin_button", "plain", "prediction_members", "rebuild_button",
            "sidebar", "stamp", "text_input", "text_key", "texts", "tokens", "warm_up", "well_formed_typing"]

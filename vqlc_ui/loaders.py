@@ -136,15 +136,38 @@ def session_alive() -> bool:
     return Runtime.instance().is_active_session(ctx.session_id) and not stopping
 
 
+def _accepts(fn, name: str) -> bool:
+    """Whether `fn` takes a keyword `name` (an explainer or service built before it does not)."""
+    import inspect
+
+    params = inspect.signature(fn).parameters
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def _asked(fn, **options) -> dict | None:
+    """The options that differ from the default, if `fn` takes them all; else None."""
+    kw = {k: v for k, v in options.items() if v}
+    return kw if all(_accepts(fn, k) for k in kw) else None
+
+
 @st.cache_data(show_spinner=False, max_entries=256)
-def _explain(run_dir: str, version: int, text: str, attribute: tuple[str, ...] | None = None) -> dict:
+def _explain(run_dir: str, version: int, text: str, attribute: tuple[str, ...] | None = None, shapley: bool = False,
+             intervention: str | None = None) -> dict:
     from vqlc_core.views.browse import precomputed_explanation
 
     # The example the pages open with was explained by the build: a first visit needs no model.
     stored = precomputed_explanation(run_dir, text)
-    if stored and all("contributions" in m for m in stored["methods"].values()):  # stored before them: live
+    if stored and not shapley and all("contributions" in m and m.get("intervention") == intervention
+                                      for m in stored["methods"].values()):  # stored before them: live
         return stored
-    return service(run_dir, version).explain(text, alive=session_alive, attribute=attribute)
+    svc = service(run_dir, version)
+    kw = _asked(svc.explain, shapley=shapley, intervention=intervention)
+    if kw is not None:
+        return svc.explain(text, alive=session_alive, attribute=attribute, **kw)
+    # a service that passes no such option: the explainer itself (it serialises its own passes)
+    exp = explainer(run_dir, version)
+    kw = {k: v for k, v in {"shapley": shapley, "intervention": intervention}.items() if v and _accepts(exp.explain, k)}
+    return exp.explain(text, attribute=None if attribute is None else list(attribute), **kw).to_dict()
 
 
 # The fields of a prediction concept in the order tables show them: the build's stored example
@@ -156,22 +179,44 @@ def _in_field_order(concept: dict) -> dict:
     return {**{f: concept[f] for f in PREDICTION_FIELDS if f in concept}, **concept}
 
 
-def explain(run_dir: str, version: int, text: str, attribute: tuple[str, ...] | None = None) -> dict:
-    """The explanation of `text`, its concepts named by their current labels (a label written
-    or edited after it was computed shows at once) and each prediction concept's fields in
-    `PREDICTION_FIELDS` order, whether it was stored by the build or computed now; the concept
-    attribution of the methods in `attribute` (None: every method)."""
+def explain(run_dir: str, version: int, text: str, attribute: tuple[str, ...] | None = None, shapley: bool = False,
+            intervention: str | None = None) -> dict:
+    """The explanation of `text`, its concepts named for Explain and Compare by their current
+    names (`names.concept_title`: a label written or edited after it was computed shows at once)
+    and each prediction concept's fields in `PREDICTION_FIELDS` order, whether it was stored by
+    the build or computed now; the concept attribution of the methods in `attribute` (None: every
+    method), by Shapley values with `shapley`, under `intervention` ("local", "global"; None: the
+    explainer's own)."""
     from vqlc_core.views.browse import relabel
+    from vqlc_core.views.names import title_of
 
-    ex = _explain(run_dir, version, text, attribute)
-    ex = relabel(ex, {m: concepts(run_dir, version, m).label for m in ex["methods"]})
+    ex = _explain(run_dir, version, text, attribute, bool(shapley), intervention)
+    ex = relabel(ex, {m: title_of(concepts(run_dir, version, m), m) for m in ex["methods"]})
     return {**ex, "methods": {m: {**b, "prediction_concepts": [_in_field_order(c) for c in b["prediction_concepts"]]}
                               for m, b in ex["methods"].items()}}
 
 
 @st.cache_data(show_spinner=False, max_entries=2048)
-def ablate(run_dir: str, version: int, text: str, method: str, ids: tuple[int, ...]) -> dict:
-    return service(run_dir, version).ablate(text, method, ids, alive=session_alive)
+def ablate(run_dir: str, version: int, text: str, method: str, ids: tuple[int, ...],
+           intervention: str | None = None) -> dict:
+    svc = service(run_dir, version)
+    if _asked(svc.ablate, intervention=intervention) is not None:
+        return svc.ablate(text, method, ids, alive=session_alive, **({"intervention": intervention} if intervention else {}))
+    exp = explainer(run_dir, version)
+    kw = {"intervention": intervention} if intervention and _accepts(exp.ablate, "intervention") else {}
+    return exp.ablate(text, method, list(ids), **kw).to_dict()
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def nearest_contexts(run_dir: str, version: int, method: str, text: str, index: int, k: int, n: int = 3):
+    """The train members of concept k nearest the layer-l vector of word `index` of `text`
+    (`nearest.nearest_contexts`), found once per run, method, text and word."""
+    from vqlc_core.views.nearest import input_word_vectors, nearest_contexts as nearest
+
+    run = load_run(run_dir, version)
+    vector = input_word_vectors(explainer(run_dir, version), text)[int(index)]
+    return nearest(texts(run_dir, version), run.store.tokens, run.store, concepts(run_dir, version, method).assignments,
+                   int(k), vector, n, seed=int(run.cfg.seed))
 
 
 @st.cache_data(show_spinner=False, max_entries=4096)

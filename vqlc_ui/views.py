@@ -1,7 +1,7 @@
 """Views several pages show: one concept's own view, a concept's picture (its word cloud, or its
-word list where no cloud can be drawn), a prediction concept shown by its sentences, and the
-cards of an explanation's concepts with a toggle each that ablates them together, the prediction
-they give shown above the cards."""
+word list where no cloud can be drawn), and the cards of an explanation's concepts with a toggle
+each that ablates them together, the prediction they give shown above the cards (the explanation's
+own views are in `explanation`)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,7 @@ from vqlc_core.evaluate.features import activation_html
 from vqlc_core.data.corpus import member_contexts
 from vqlc_core.methods.concepts import prediction_examples
 
-from .loaders import (ablate, beyond_the_class, cloud, concepts, feature_contexts, prediction_members, stamp, texts, thumbnail, tokens,
-                      top_activations)
+from .loaders import ablate, cloud, concepts, feature_contexts, stamp, texts, thumbnail, tokens, top_activations
 from .escape import literal_html, plain
 from .tags import tags_caption
 from .widgets import guard, text_key, toast_after_rerun
@@ -36,41 +35,6 @@ def colored_sentence(text: str, words: list[dict], concept_ids: list[int], label
     backtick, `*`, `_` or `~` in the input is shown as typed, as are its line breaks."""
     body = browse.colored_sentence_html(text, words, concept_ids, labels)
     st.html(f'<div class="vqlc-sentence" style="white-space:pre-wrap;line-height:2">{body}</div>')
-
-
-def contributions(ex: dict, method: str, key: str, run: Run | None = None) -> None:
-    """The input's concepts ranked by how much each carries the prediction (its single ablation's
-    drop in p(predicted class), what its Ablate toggle shows), each with the input words it acts
-    through, and the deletion curve as they are removed together in that order. An explanation
-    stored before contributions were computed shows a note instead. With the `run`, the
-    prediction concept's line says when, on the test set, its cut does no more than the class
-    direction's (`tables.beyond_the_class`)."""
-    m = ex["methods"][method]
-    if m.get("contributions") is None:
-        st.caption("This explanation was stored without concept contributions; type the sentence again.")
-        return
-    words, pred = ex["words"], ex["prediction"]
-    beyond = beyond_the_class(str(run.dir), stamp(run), method) if run is not None else None
-    like_class = (" — training predictions like this one: on the test set this cut does no more than the class "
-                  "direction's") if beyond is not None and not beyond["adds"] else ""
-    lines = []
-    for c in m["contributions"]:
-        # literal_html: a word, label or class name is shown as typed (a `$` pair is no math)
-        where = ", ".join(f"<mark>{literal_html(html.escape(words[i]['word']))}</mark>" for i in c["words"]) \
-            or "the pooled representation"
-        side = "supports" if c["score"] >= 0 else "opposes"
-        lines.append(f"- `{c['score']:+.3f}` {side} **{literal_html(html.escape(pred))}**: "
-                     f"{literal_html(html.escape(c['label']))} — via {where}"
-                     f" (ablated alone: {literal_html(html.escape(c['ablated_prediction']))}, p = {c['ablated_proba']:.3f})"
-                     + (like_class if "prediction" in c["kind"] else ""))
-    st.markdown("\n".join(lines), unsafe_allow_html=True)
-    st.caption(f"Score: p('{plain(pred)}') minus p('{plain(pred)}') with the concept alone projected out of layer "
-               f"{ex['layer']}. All together: drop {m['joint']:+.3f}; interaction share {m['interaction']:.2f} "
-               "(0: the single drops add up to the joint one).")
-    curve = [ex["confidence"]] + list(m["deletion"])
-    fig = px.line(x=list(range(len(curve))), y=curve, markers=True, height=220,
-                  labels={"x": "concepts removed (ranked order)", "y": f"p({pred})"})
-    st.plotly_chart(fig, width="stretch", key=f"deletion_{key}")
 
 
 def concept_picture(run: Run, method: str, k: int, width: int | str = "stretch") -> None:
@@ -173,41 +137,13 @@ def feature_activations(run: Run, method: str, k: int) -> None:
                 + "\n".join(lines), unsafe_allow_html=True)
 
 
-def prediction_concept(run: Run, method: str, ex: dict, n: int = 5) -> None:
-    """The input's prediction concept (its top one) shown as a prediction concept: the sentences of
-    its train prediction rows nearest its concept vector and its share of word rows, with one
-    sentence of warning when words make most of it (its top words then name the prediction poorly)."""
-    top = ex["methods"][method]["prediction_concepts"]
-    if not top:
-        return
-    k, rd, sp = int(top[0]["concept"]), str(run.dir), stamp(run)
-    cs = concepts(rd, sp, method)
-    with guard():
-        members = prediction_members(rd, sp, method, k, n)
-    beyond = beyond_the_class(rd, sp, method)
-    if beyond is None or beyond["adds"]:
-        st.markdown(f"**Prediction concept {plain(cs.label(k))}**, shown by its train sentences nearest its vector:")
-    else:  # on the test set it carries no more than the class: shown as company, not as a cause
-        st.markdown(f"**Training predictions like this one** ({plain(cs.label(k))}), its train sentences nearest its "
-                    "vector:")
-    if beyond is not None:
-        st.caption(plain(beyond["sentence"]))
-    if members["texts"]:
-        st.markdown("\n".join(f"- {plain(t)}" for t in members["texts"]))
-    else:
-        st.caption("None of its train members is a prediction row.")
-    note = browse.mostly_words_message(cs, k)
-    if note:  # it gives the share of word rows too
-        st.info(plain(note), icon=":material/info:")
-    elif members["size"]:
-        st.caption(f"Word rows: {browse.percent(members['word_share'])} of its {members['size']:,} train members.")
-
-
-def ablation_panel(run: Run, method: str, text: str, ex: dict, cloud_width: int = 120) -> list[int]:
-    """The prediction with the toggled concepts ablated together, then a card for each concept
-    the explanation shows (its picture, label, why it is shown, an Ablate toggle). The result is
-    drawn above the cards and kept in view as they scroll; the page's link keeps the toggled
-    concepts (a link's own start switched on). Returns the toggled concept ids."""
+def ablation_panel(run: Run, method: str, text: str, ex: dict, cloud_width: int = 120,
+                   intervention: str | None = None) -> list[int]:
+    """The prediction with the toggled concepts ablated together (under `intervention`, "local"
+    or "global"; None: the explainer's own), then a card for each concept the explanation shows
+    (its picture, label, why it is shown, an Ablate toggle). The result is drawn above the cards
+    and kept in view as they scroll; the page's link keeps the toggled concepts (a link's own
+    start switched on). Returns the toggled concept ids."""
     st.html(_STICKY)
     result = st.container(key=f"ablation_result_{method}")
     chosen, asked = [], share.take_ablation(method)
@@ -228,7 +164,7 @@ def ablation_panel(run: Run, method: str, text: str, ex: dict, cloud_width: int 
     with result:
         if chosen:
             with guard():
-                r = ablate(str(run.dir), stamp(run), text, method, tuple(sorted(chosen)))
+                r = ablate(str(run.dir), stamp(run), text, method, tuple(sorted(chosen)), intervention)
             st.metric(f"Ablated {len(chosen)}: prediction", f"{r['prediction']} ({r['confidence']:.3f})",
                       delta=f"{r['delta']:+.3f} on '{ex['prediction']}'")
         else:

@@ -117,17 +117,22 @@ def text_input(label: str = "Input text", height: int = 100) -> str:
     return text
 
 
-def explained_text(run, empty: str, height: int = 100, attribute: tuple[str, ...] | None = None) -> tuple[str, dict]:
-    """The text box of Explain and Compare (`text_input`) and the explanation of what it holds,
-    with the concept attribution of the methods in `attribute` (None: every method); while the
-    box is blank the page says `empty` and stops there."""
+def explained_text(run, empty: str, height: int = 100, attribute: tuple[str, ...] | None = None,
+                   choose=None) -> tuple[str, dict, dict]:
+    """The text box of Explain and Compare (`text_input`), the choices `choose()` draws under it
+    (`explanation.options`: where a concept is removed, Shapley values, how words are coloured;
+    none when None) and the explanation of what the box holds under those choices, with the
+    concept attribution of the methods in `attribute` (None: every method); while the box is
+    blank the page says `empty` and stops there. Returns (text, explanation, choices)."""
     text = text_input(height=height)
     if not text.strip():
         st.info(empty)
         st.stop()
+    chosen = choose() if choose is not None else {}
     with guard():
-        ex = loaders.explain(str(run.dir), loaders.stamp(run), text, attribute)
-    return text, ex
+        ex = loaders.explain(str(run.dir), loaders.stamp(run), text, attribute, chosen.get("shapley", False),
+                             chosen.get("intervention"))
+    return text, ex, chosen
 
 
 # Streamlit's browser client encodes a lone surrogate (half of an emoji's UTF-16 pair, e.g. from

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import re
 import shlex
 import time
 import zipfile
@@ -103,29 +104,56 @@ def test_explain_shows_the_prediction_and_a_concept_for_every_word(cache_env):
 
 
 @pytest.mark.slow
-def test_explain_leads_with_the_inputs_concepts_ranked_by_their_signed_contribution(cache_env):
+def test_explain_leads_with_a_waterfall_of_the_inputs_word_concepts_that_adds_up_to_the_prediction(cache_env):
     at = page("explain")
     at.run()
     at.text_area[0].input(SENTENCE)
     rendered(at, "explain (rerun with a typed input)")
     assert at.subheader[0].value.startswith("What carries")
+    (fall,) = [s for s in plotly_specs(at) if s["data"][0]["type"] == "waterfall"]
+    bars = fall["data"][0]
+    total = sum(x for x, how in zip(bars["x"], bars["measure"]) if how != "total")
+    assert total == pytest.approx(float(metric(at, "Confidence").value), abs=1e-3)  # the metric shows 3 decimals
     (ranked,) = [m.value for m in at.markdown if "supports" in m.value or "opposes" in m.value]
     scores = [float(line.split("`")[1]) for line in ranked.splitlines()]
     assert scores == sorted(scores, reverse=True) and len(scores) >= 2
-    from vqlc_core.evaluate.tables import beyond_the_class
+    # the input's word concepts only, each named per method and acting through its words: the
+    # prediction concept has its own panel
+    ids = [int(re.match(r"\d+", line.split("**: VQLC ")[1]).group()) for line in ranked.splitlines()]
+    assert len(set(ids)) == len(scores) and all("via <mark>" in line for line in ranked.splitlines())
+    assert "Training predictions like this one" in [s.value for s in at.subheader]
 
-    said = [line for line in ranked.splitlines() if "training predictions like this one" in line]
-    assert len(said) == (0 if beyond_the_class(cache_env, "vqlc")["adds"] else 1)  # the prediction concept's line
+
+@pytest.mark.slow
+def test_explain_switches_to_the_global_intervention_and_to_colouring_by_score(cache_env):
+    at = rendered(page("explain", text=SENTENCE), "explain")
+    next(r for r in at.radio if r.label == "Remove a concept").set_value("global")
+    next(r for r in at.radio if r.label == "Colour words").set_value("by score")
+    rendered(at, "explain (global, by score)")
+    (body,) = html_bodies(at)
+    assert "rgba(" in body and body.count("<span title=") == len(SENTENCE.split())
+
+
+@pytest.mark.slow
+def test_explain_shows_the_train_contexts_nearest_a_word_within_its_concept(cache_env):
+    at = rendered(page("explain", text=SENTENCE), "explain")
+    box = next(s for s in at.selectbox if s.label.startswith("Why a word sits in its concept"))
+    box.set_value(SENTENCE.split().index("thin"))
+    rendered(at, "explain (nearest contexts of 'thin')")
+    (lines,) = [m.value for m in at.markdown if "(distance " in m.value]
+    assert 1 <= len(lines.splitlines()) <= 3 and all("<mark><b>" in line for line in lines.splitlines())
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["vqlc", "kmeans"])
 def test_explain_shows_the_prediction_concept_by_its_nearest_train_sentences(cache_env, method):
     from vqlc_core.views import browse
+    from vqlc_core.views.names import concept_title
     from vqlc_ui import plain
 
     at = rendered(page("explain", method=method, text=SENTENCE), f"explain ({method} prediction concept)")
-    k = int(at.dataframe[0].value["concept"].iloc[0])  # the top prediction concept of the table
+    top = next(d.value for d in at.dataframe if "concept" in d.value.columns)  # the prediction's top concepts
+    k = int(top["concept"].iloc[0])
     run, cs = cache_env, cache_env.concept_set(method)
     shown = browse.nearest_prediction_members(run.texts, run.store.tokens, run.store, cs, k)
     assert shown["texts"], f"c{k} of {method} has no train prediction row to show"
@@ -134,13 +162,14 @@ def test_explain_shows_the_prediction_concept_by_its_nearest_train_sentences(cac
     share = f"Word rows: {browse.percent(shown['word_share'])} of its {shown['size']:,} train members."
     assert [i.value for i in at.info] == ([plain(note)] if note else [])
     assert (share in [c.value for c in at.caption]) == (note is None)
-    # a prediction concept that on the test set adds nothing beyond the class is shown as company, not as a cause
+    # its own panel, named per method, with what it adds beyond the class on the test set
     from vqlc_core.evaluate.tables import beyond_the_class
 
-    beyond = beyond_the_class(run, method)
-    heading = f"**Prediction concept {plain(cs.label(k))}**" if beyond["adds"] else "**Training predictions like this one**"
-    assert any(m.value.startswith(heading) for m in at.markdown)
-    assert plain(beyond["sentence"]) in [c.value for c in at.caption]
+    assert "Training predictions like this one" in [s.value for s in at.subheader]
+    assert any(m.value.startswith(f"**{plain(concept_title(cs, method, k))}**") for m in at.markdown)
+    assert plain(beyond_the_class(run, method)["sentence"]) in [c.value for c in at.caption]
+    controls = next(d.value for d in at.dataframe if "minus control" in d.value.columns)
+    assert "class direction" in set(controls["minus control"])
 
 
 @pytest.mark.slow
@@ -174,8 +203,9 @@ def test_the_top_concepts_table_has_one_column_order_for_the_example_and_a_typed
     from vqlc_core.views.browse import EXAMPLE, precomputed_explanation
 
     assert precomputed_explanation(cache_env.dir, EXAMPLE), "the build stored no example: nothing to compare"
-    example = rendered(page("explain"), "explain (example)").dataframe[0].value
-    typed = rendered(page("explain", text=SENTENCE), "explain (typed)").dataframe[0].value
+    example, typed = (next(d.value for d in at.dataframe if "probability" in d.value.columns) for at in
+                      (rendered(page("explain"), "explain (example)"), rendered(page("explain", text=SENTENCE),
+                                                                                 "explain (typed)")))
     assert list(example.columns) == list(typed.columns) == ["concept", "probability", "label"]
 
 
@@ -200,8 +230,8 @@ def test_saving_a_label_says_so_once_after_the_page_reruns(apptest_run, tmp_path
 @pytest.mark.slow
 def test_compare_shows_the_three_methods_and_the_faithfulness_table(cache_env):
     at = rendered(page("compare", text=SENTENCE), "compare")
-    assert [s.value for s in at.subheader] == ["VQLC", "K-Means", "LACOAT", "Against energy-matched controls",
-                                                "Beyond the single cut"]
+    assert [s.value for s in at.subheader] == ["VQLC", "K-Means", "LACOAT", "Faithfulness",
+                                                "Against energy-matched controls", "Beyond the single cut"]
     assert any("| VQLC | prediction concept | matched concept |" in m.value for m in at.markdown)
     assert any("| dose | 0.25 | VQLC | prediction concept − matched concept |" in m.value for m in at.markdown)
     assert any("| comprehensiveness | 1 | IG salient words | salient words − random words" in m.value
@@ -216,8 +246,15 @@ def test_compare_shows_the_three_methods_and_the_faithfulness_table(cache_env):
     shown_as = json.loads(at.dataframe[0].proto.columns)  # numbers as rounded, not cut at four decimals
     assert shown_as["mean confidence drop"]["type_config"]["format"] == "%g"
     specs = plotly_specs(at)
-    deletion, specs = specs[:3], specs[3:]  # each method's deletion curve for the input, then the corpus charts
-    assert all(len(d["data"][0]["y"]) >= 2 for d in deletion)
+    falls, specs = specs[:3], specs[3:]  # each method's waterfall for the input, then the corpus charts
+    confidence = float(at.markdown[0].value.split("(confidence ")[1].rstrip(")"))
+    for fall in falls:  # each adds up to the prediction, under the method's own concept names
+        bars = fall["data"][0]
+        assert bars["type"] == "waterfall"
+        assert sum(x for x, how in zip(bars["x"], bars["measure"]) if how != "total") == pytest.approx(confidence,
+                                                                                                       abs=1e-3)
+    names = [" ".join(f["data"][0]["y"]) for f in falls]
+    assert "VQLC " in names[0] and "K-Means " in names[1] and "LACOAT " in names[2]
     assert len(specs) == 3
     titles = [a["text"] for a in specs[2]["layout"]["annotations"]]
     assert titles == ["fit time (s)", "peak memory (MB)"]  # not 'variable=fit_time_s'

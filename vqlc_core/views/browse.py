@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from vqlc_core.evaluate.faithfulness import PREDICTION
 from vqlc_core.methods.calibration import WHAT as PROBABILITY_MEANS
 from vqlc_core.methods.concepts import is_prediction_concept, word_share
 from vqlc_core.base.runio import read_json, write_json
@@ -86,6 +87,30 @@ def nearest_prediction_members(texts: pd.DataFrame, tokens: pd.DataFrame, store,
     row = cs.summary.loc[k]
     return {"text_ids": ids, "texts": [str(text_of[t]) for t in ids], "distances": dist[near].tolist(),
             "size": int(row["size"]), "word_share": word_share(row)}
+
+
+def prediction_controls(run, method: str) -> pd.DataFrame:
+    """What a method's prediction concept adds beyond its controls on the test set, from the
+    evaluate stage's matched table: per control (the matched concept, the matched direction,
+    the class direction) the concept's confidence drop minus the control's, and the flip rate's
+    difference, each with its 95% interval as text ('0.012 [−0.004, 0.027]'). Empty for a run
+    without the table."""
+    path = run.dir / "eval" / "matched.parquet"
+    df = pd.read_parquet(path) if path.exists() else pd.DataFrame()
+    if df.empty:
+        return pd.DataFrame()
+    df = df[(df["method"] == method) & (df["target"] == PREDICTION)]
+
+    def interval(m, lo, hi) -> str:
+        return f"{m:.3f} [{lo:.3f}, {hi:.3f}]".replace("-", "−")
+
+    return pd.DataFrame({
+        "minus control": df["control"].str.split(": ").str[-1].to_list(),
+        "Δ confidence drop [95% CI]": [interval(*r) for r in zip(df["diff_conf_drop"], df["diff_conf_drop_low"],
+                                                                  df["diff_conf_drop_high"])],
+        "Δ flip rate [95% CI]": [interval(*r) for r in zip(df["diff_flip_rate"], df["diff_flip_rate_low"],
+                                                            df["diff_flip_rate_high"])],
+    })
 
 
 def mostly_words_message(cs, k: int) -> str | None:
