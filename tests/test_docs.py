@@ -282,6 +282,19 @@ def test_the_site_builds_strictly_and_offline(site):
     assert "fonts.googleapis" not in home and "fonts.gstatic" not in home  # nothing fetched when a reader opens it
 
 
+def test_the_api_page_opens_with_a_run_and_its_explainer_and_wraps_its_signatures(site):
+    import html as html_lib
+
+    page = (site / "reference" / "api.html").read_text()
+    order = [page.index(f'id="vqlc_core.{home}"') for home in ("pipeline.run.open_run", "pipeline.run.Run",
+             "explain.explainer.Explainer", "explain.records.Explanation", "methods.vqlc.VQLC",
+             "pipeline.config.BuildConfig")]
+    assert order == sorted(order)
+    signatures = re.findall(r'<div class="doc-signature.*?</code></pre></div>', page, re.S)
+    longest = max(len(line) for s in signatures for line in html_lib.unescape(re.sub(r"<[^>]+>", "", s)).splitlines())
+    assert len(signatures) > 50 and longest <= 100, longest
+
+
 # --------------------------------------------------------------- nothing vanishes in the built HTML
 
 from html.parser import HTMLParser  # noqa: E402
