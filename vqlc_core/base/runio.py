@@ -22,8 +22,17 @@ FORMAT_VERSION = 1
 
 
 class RunError(ValueError):
-    """A mistake a user can make or a run directory that does not match: one clear sentence. The
-    command line prints it and the pages show it, never a traceback; a bad value is a ValueError."""
+    """A mistake a user can make or a run directory that does not match: one clear sentence that
+    says what was wrong and what to do. The command line prints it and the pages show it, never a
+    traceback; a bad value is a ValueError, so `except ValueError` catches it too.
+
+    Example:
+        >>> try:
+        ...     vq.open_run("no-such-run")
+        ... except vq.RunError as e:
+        ...     print(e)
+        No run 'no-such-run' under cache/runs; the runs there: default (`vqlc build` builds one).
+    """
 
 
 RUN_NAME = re.compile(r"[A-Za-z0-9._-]+")
@@ -43,7 +52,17 @@ class SourceError(RunError):
 
 
 class CorruptStage(RunError):
-    """A finished stage whose files are missing or changed; `stage` is the one to rebuild."""
+    """A finished stage whose files are missing or changed since they were written.
+
+    Args:
+        message: the sentence to show.
+        run_dir: the run's folder.
+        stage: the stage to rebuild (`vqlc build --rebuild STAGE`).
+
+    Attributes:
+        run_dir (Path): the run's folder.
+        stage (str): the stage to rebuild.
+    """
 
     def __init__(self, message: str, run_dir, stage: str):
         super().__init__(message)

@@ -51,7 +51,29 @@ def _replace_hidden(output, hidden):
 
 
 class Backbone:
-    """A frozen Hugging Face model with word-aligned tokenization and layer-l access."""
+    """A frozen Hugging Face model with word-aligned tokenization and layer-l access: the token
+    states of a layer, pooled per word and per text, with the model's own hooks. `Run.backbone`
+    gives the run's; `from_source` loads one from a resolved model.
+
+    Args:
+        tokenizer: the model's fast tokenizer (word alignment reads its offsets and word ids).
+        model: the Hugging Face model.
+        kind: 'encoder' or 'decoder'.
+        pooling: how a text's prediction representation is pooled: 'mean', 'cls' or 'last'.
+        max_length: tokens per text at most.
+        name: the model's name, for messages.
+        is_classifier: the model is a sequence classifier whose head is used as it is.
+
+    Raises:
+        RunError: the tokenizer is not a fast one, or the pooling is unknown.
+
+    Attributes:
+        add_bos (bool): the tokenizer puts a BOS token first (it is left out of every pooling).
+        aligner (Aligner): maps tokens to the words of the text.
+        lock (RLock): one forward pass at a time (hooks act on the shared model).
+        blocks (list of Module): the model's transformer blocks, in order.
+        base (Module): the model without its LM or classification head.
+    """
 
     def __init__(self, tokenizer, model: nn.Module, kind: str, pooling: str, max_length: int = 256,
                  name: str = "", is_classifier: bool = False):
@@ -108,13 +130,20 @@ class Backbone:
 
     @property
     def n_layers(self) -> int:
+        """The model's number of transformer blocks."""
         return self.model.config.num_hidden_layers
 
     @property
     def hidden_size(self) -> int:
+        """d, the width of the model's hidden states."""
         return self.model.config.hidden_size
 
     def check_layer(self, layer: int) -> int:
+        """`layer` as an int when the model has it (1..`n_layers`).
+
+        Raises:
+            RunError: the model has no such layer.
+        """
         if not isinstance(layer, (int, np.integer)) or not 1 <= layer <= self.n_layers:
             raise RunError(f"Layer {layer} is outside the model: {self.name or 'it'} has layers 1..{self.n_layers}.")
         return int(layer)
@@ -183,8 +212,21 @@ def autocast(dtype):
 
 @contextmanager
 def capture(backbone: Backbone, layer: int, stop: bool = False) -> Iterator[dict]:
-    """Record the output of block `layer` in the yielded dict under "h" (on the CPU); with
-    stop=True, end the forward pass there. The hook is removed in `finally`."""
+    """Record a layer's output while the model runs; the hook is removed on leaving the block.
+
+    Args:
+        backbone: the model (`Run.backbone`).
+        layer: the block whose output is recorded, 1..`backbone.n_layers`.
+        stop: end the forward pass at that block (nothing after it is computed).
+
+    Yields:
+        A dict that holds, after a forward pass, the block's output under "h" (on the CPU).
+
+    Example:
+        >>> with vq.capture(run.backbone, run.layer, stop=True) as got:
+        ...     run.backbone.model(**inputs)
+        >>> got["h"].shape  # (batch, tokens, d)
+    """
     got: dict = {}
 
     def hook(module, args, output):

@@ -14,10 +14,25 @@ from vqlc_core.methods.concepts import ConceptSet
 
 
 def concepts_of(method, X, words, labels=None, class_names=None, texts=None) -> ConceptSet:
-    """The concept set of the fitted estimator `method` on the rows of `X` ((N, d), as `fit`
-    takes): row i is the word `words[i]`, of class `labels[i]` (int ids into `class_names`; one
-    class "all" when None) and of text `texts[i]` (one text per row when None). Every row is a
-    train row, so every row shapes its concept."""
+    """The concepts a fitted estimator finds in an array of your own, with their words and
+    classes, as `Run.concepts` gives them for a run. Every row is a train row, so every row
+    shapes its concept.
+
+    Args:
+        method: a fitted `ConceptMethod` (`vq.VQLC(...).fit(X)`).
+        X: ndarray or tensor of shape (N, d), the rows `fit` takes.
+        words: N strings, the word of each row.
+        labels: N class ids into `class_names`; None: one class "all".
+        class_names: the class names; None: "0", "1", ... as the labels need.
+        texts: N text ids, the text of each row; None: one text per row.
+
+    Returns:
+        The `ConceptSet` of the rows.
+
+    Example:
+        >>> km = vq.KMeansConcepts(n_concepts=8).fit(X)
+        >>> vq.concepts_of(km, X, words).summary[["size", "top_words"]].head()
+    """
     store = as_store(X)
     n = store.n_rows
     arr = store.vectors if isinstance(store, ArrayStore) else store.read(np.arange(n)).astype(np.float32)

@@ -97,7 +97,12 @@ def _hwm_bytes() -> int:
 
 
 def display_name(name: str) -> str:
-    """How tables and pages name method `name` (e.g. kmeans -> K-Means); unknown names as they are."""
+    """How tables and pages name method `name`; an unknown name as it is.
+
+    Example:
+        >>> vq.display_name("kmeans"), vq.display_name("mine")
+        ('K-Means', 'mine')
+    """
     return method_class(name).display_name if name in REGISTRY else name
 
 
@@ -132,11 +137,19 @@ class ConceptMethod:
     """
 
     name: str = "base"
+    """The method's name in the build's settings, the run folder and the registry ('vqlc')."""
     display_name: str = "base"
+    """The method's name in tables and pages ('VQLC')."""
     saved_names: tuple[str, ...] = ()  # the names `load` accepts, when not just `name`
+    """The names a saved model may carry for `load` to accept it, when not just `name`."""
     Options: type | None = None
+    """The dataclass of the method's build options (`--<name>-<field>`), or None."""
     encodes: bool = False
+    """Whether `encode` gives every row graded activations of several features (the SAE)."""
     n_concepts: int
+    """K, the number of concepts the method finds."""
+    resumable: tuple[str, ...] = ()
+    """The parameters that may change when an interrupted fit resumes from its checkpoint."""
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)

@@ -120,7 +120,33 @@ def _distinctive_columns(df: pd.DataFrame, groups: dict, n_concepts: int, class_
 
 @dataclass
 class ConceptSet:
-    """Concepts of one method over one store. `vectors` live in the model's hidden space."""
+    """The concepts of one method over one run's store: which concept every row belongs to,
+    each concept's vector in the model's hidden space, and a summary table. `Run.concepts` gives
+    one; iterating over it gives a `Concept` record per concept with train members.
+
+    Attributes:
+        method (str): the method's name ('vqlc').
+        assignments (ndarray of shape (n_rows,)): the concept id of every store row, dev and
+            test rows included.
+        vectors (ndarray of shape (K, d)): each concept's vector, the mean hidden state of its
+            train members (the definition the build chose, `--concept-vectors`).
+        summary (DataFrame): one row per concept: `size`, `top_words`, `distinctive_words`,
+            `purity` and the class counts of its members.
+        class_names (list of str): the class names, in label order.
+        extra (dict of str to ndarray): what a method keeps besides (VQLC's `codes` and
+            `encodings`, the SAE's decoder `directions`).
+        info (dict): the fit's time, peak memory and measures.
+        mean (ndarray of shape (d,) or None): the mean state of the train rows, which concept
+            directions are centred on.
+        labels (LabelBook or None): the concepts' names written by hand or by `vqlc label`.
+        tag_names (dict of int to str): a concept's aligned linguistic tag, for its name.
+        predicted_counts (dict): a prediction concept's train members by the model's predicted
+            class.
+
+    Example:
+        >>> cs = vq.open_run("default").concepts("vqlc")
+        >>> [(c.id, c.top_words[:3]) for c in list(cs)[:2]]
+    """
 
     method: str
     assignments: np.ndarray  # (n_rows,) concept id of every store row, dev and test rows included
@@ -137,6 +163,7 @@ class ConceptSet:
 
     @property
     def n_concepts(self) -> int:
+        """K, the number of concepts (prediction concepts included)."""
         return len(self.vectors)
 
     @property
@@ -153,7 +180,7 @@ class ConceptSet:
         """(n, d) hidden-space directions of concepts `ids` for ablation: the concept vector minus
         the train rows' mean (centred, the default) or the concept vector itself. Uncentred
         vectors point mostly along the mean that every state shares, so removing one mostly
-        removes that mean (RESEARCH.md section 1). A concept without train members has a zero
+        removes that mean. A concept without train members has a zero
         direction: it removes nothing. A method that has its own direction per concept (the
         SAE's unit decoder rows, `extra["directions"]`) gives it as the centred direction: a
         decoder row is already a direction about the mean (the SAE centres its input)."""
@@ -233,6 +260,7 @@ class ConceptSet:
         return (self.concept(k) for k in self.used_ids())
 
     def top_words(self, k: int, n: int = 10) -> list[tuple[str, int]]:
+        """Concept k's `n` most frequent member words, with their counts among its train members."""
         return [tuple(x) for x in json.loads(self.summary.at[k, "top_words"])[:n]]
 
     def distinctive_words(self, k: int, n: int = 10) -> list[tuple[str, float]]:
@@ -287,6 +315,7 @@ class ConceptSet:
         return f"c{k}: {self.name(k, n)}"
 
     def save(self, path: str | Path) -> None:
+        """Write the set into the folder `path` (NumPy arrays, parquet and JSON; never pickled)."""
         path = Path(path)
         write_npy(path / "assignments.npy", self.assignments)
         write_npy(path / "vectors.npy", self.vectors.astype(np.float32))
@@ -302,6 +331,17 @@ class ConceptSet:
 
     @classmethod
     def load(cls, path: str | Path, n_rows: int | None = None, dim: int | None = None) -> "ConceptSet":
+        """Read a set that `save` wrote.
+
+        Args:
+            path: the folder `save` wrote.
+            n_rows: the store's rows, to check the assignments against (None: not checked).
+            dim: the store's width, to check the vectors against (None: not checked).
+
+        Raises:
+            RunError: `path` holds no concept set, or one whose rows or width differ from the
+                store's.
+        """
         path = Path(path)
         if not (path / "concepts.json").exists():
             raise RunError(f"No concept set in {path}; rebuild this method's stage.")

@@ -38,8 +38,24 @@ class KMeansConcepts(ConceptMethod):
     the closest centroid. `predict_proba` is a softmax of negative squared distances whose
     temperature (`temperature_`) is the median squared distance of fit rows to their centroid.
 
-    minibatch: stream the fit rows through MiniBatchKMeans (`n_epochs` passes of `batch_size`
-    rows, at least n_concepts per batch) instead of holding them all in memory.
+    Args:
+        n_concepts: K, the number of centroids.
+        minibatch: stream the fit rows through MiniBatchKMeans (`n_epochs` passes of
+            `batch_size` rows, at least `n_concepts` per batch) instead of holding them all in
+            memory.
+        batch_size: rows per MiniBatchKMeans batch.
+        n_epochs: passes of MiniBatchKMeans over the fit rows.
+        max_iter: Lloyd iterations of the full K-Means at most.
+        seed: the seed of the initialisation and of any sampling.
+
+    Attributes:
+        cluster_centers_ (ndarray of shape (n_concepts, d)): the code book, after `fit`.
+        temperature_ (float): the softmax temperature of `predict_proba`, after `fit`.
+
+    Example:
+        >>> X = np.random.default_rng(0).normal(size=(500, 16)).astype("float32")
+        >>> vq.KMeansConcepts(n_concepts=8).fit(X).predict(X).shape
+        (500,)
     """
 
     display_name = "K-Means"
@@ -56,6 +72,7 @@ class KMeansConcepts(ConceptMethod):
 
     @property
     def name(self) -> str:
+        """'minibatch-kmeans' when `minibatch`, else 'kmeans'."""
         return "minibatch-kmeans" if self.minibatch else "kmeans"
 
     def _fit(self, store, rows: np.ndarray) -> dict:

@@ -15,6 +15,7 @@ from sklearn.cluster import AgglomerativeClustering
 from sklearn.linear_model import LogisticRegression
 
 from vqlc_core.methods.base import ConceptMethod
+from vqlc_core.data.store import as_store
 from vqlc_core.methods.registry import N_CONCEPTS
 from vqlc_core.base.runio import RunError
 
@@ -161,8 +162,21 @@ class LACOAT(ConceptMethod):
     """LACOAT concepts: Ward agglomerative clusters of the fit set (`labels_` for the rows
     `fit_rows_`); every other vector goes to a cluster through the ConceptMapper (`mapper_`).
 
-    memory_budget_bytes: refuse to cluster when `estimate_memory` exceeds it (default: half of
-    the memory available when `fit` starts). mapper_max_rows: cap on the mapper's training rows.
+    Args:
+        n_concepts: K, the number of clusters.
+        memory_budget_bytes: refuse to cluster when `estimate_memory` exceeds it (default: half
+            of the memory available when `fit` starts); Ward needs 8·N² bytes for N rows.
+        mapper_max_rows: cap on the mapper's training rows.
+        mapper_max_iter: iterations of the mapper's logistic regression at most.
+        seed: the seed of the mapper and of any sampling.
+
+    Raises:
+        MemoryBudgetError: from `fit`, when clustering the fit rows would exceed the budget.
+
+    Example:
+        >>> X = np.random.default_rng(0).normal(size=(300, 16)).astype("float32")
+        >>> vq.LACOAT(n_concepts=8).fit(X).predict(X).shape
+        (300,)
     """
 
     name = "lacoat"
@@ -191,9 +205,11 @@ class LACOAT(ConceptMethod):
 
     def fit(self, store, rows: np.ndarray | None = None) -> "LACOAT":
         """Cluster the store's `rows` (LACOAT's fit set; all rows when None), then train the
-        mapper; refuses first when the pairwise distances would not fit in memory."""
+        mapper; refuses first when the pairwise distances would not fit in memory. Takes an
+        (N, d) array or tensor as well, as every method does."""
         if self.n_concepts < 2:
             raise RunError("LACOAT needs --n-concepts of at least 2.")
+        store = as_store(store)
         n = store.n_rows if rows is None else len(np.unique(np.asarray(rows, dtype=np.int64)))
         self.check_budget(n, store.dim)
         return super().fit(store, rows)

@@ -21,7 +21,28 @@ CONCEPT_VECTORS = {
 class Concept:
     """Concept `id` of a method's set: its label (as the pages show it), its train members'
     counts, words and classes, and its vector (the mean state of its members, by the set's
-    definition). `examples` are (text_id, word_index) of sampled train members."""
+    definition). `ConceptSet.concept(k)` gives one; iterating over a set gives them all.
+
+    Attributes:
+        id (int): the concept's id in its set.
+        method (str): the method's name ('vqlc').
+        label (str): its name as the pages show it (a label, an aligned tag or its top words).
+        size (int): its train members.
+        size_all (int): its members among all rows, dev and test included.
+        is_prediction (bool): mostly prediction rows (pooled states) rather than words.
+        top_words (list of (str, int)): its most frequent member words, with their counts.
+        distinctive_words (list of (str, float)): its most distinctive member words by
+            class-based TF-IDF, with their scores.
+        class_counts (dict of str to int): its train members by their text's class.
+        dominant_class (str): the class most of its members belong to.
+        purity (float): the share of its members in `dominant_class`.
+        vector (ndarray of shape (d,)): its vector in the model's hidden space.
+        examples (list of (int, int)): `(text_id, word_index)` of sampled train members.
+
+    Example:
+        >>> c = vq.open_run("default").concepts("vqlc").concept(3)
+        >>> c.label, c.size, c.top_words[:3]
+    """
 
     id: int
     method: str

@@ -21,6 +21,8 @@ REGISTRY: dict[str, "str | type"] = {
     "lacoat": "vqlc_core.methods.lacoat:LACOAT",
     "sae": "vqlc_core.methods.sae:SAEConcepts",
 }
+"""Every concept method by its name: its `ConceptMethod` subclass, or "module:class" for one
+imported on first use (`method_class`). A new method is one module and one line here."""
 # The `Options` of the built-in classes, by their "module:class", so the settings need not import
 # torch to find them (a test checks each against its class's own).
 OPTIONS: dict[str, type | None] = {
@@ -38,12 +40,28 @@ PREDICTION_CONCEPTS = 20
 
 
 def method_names() -> tuple[str, ...]:
-    """Every registered method's name, in registry order."""
+    """Every registered method's name, in registry order.
+
+    Example:
+        >>> vq.method_names()
+        ('vqlc', 'kmeans', 'lacoat', 'sae')
+    """
     return tuple(REGISTRY)
 
 
 def method_class(name: str) -> type:
-    """The ConceptMethod subclass registered as `name` (its module imported now, if a string)."""
+    """The `ConceptMethod` subclass registered as `name`, its module imported now if need be.
+
+    Args:
+        name: a key of `REGISTRY`.
+
+    Raises:
+        RunError: no method is registered under `name`.
+
+    Example:
+        >>> vq.method_class("kmeans").display_name
+        'K-Means'
+    """
     if name not in REGISTRY:
         raise RunError(f"Unknown concept method '{name}'; choose one of {', '.join(REGISTRY)}.")
     target = REGISTRY[name]

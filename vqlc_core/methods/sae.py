@@ -79,7 +79,19 @@ class SAEConcepts(ModuleMethod):
     """Concepts of a TopK sparse autoencoder: `predict` returns each row's most active latent,
     `concept_extra()["directions"]` the unit decoder rows (L, d) that ablation removes.
 
-    n_concepts: latents L. k: active latents per row (L0). lr: Adam's learning rate.
+    Args:
+        n_concepts: latents L.
+        k: active latents per row (L0).
+        epochs: passes over the fit rows; None picks enough for `min_steps` optimiser steps.
+        batch_size: rows per optimiser step.
+        lr: Adam's learning rate.
+        auxk_alpha: weight of the auxiliary loss that lets dead latents model the residual.
+        min_steps: optimiser steps at least, when `epochs` is None.
+        seed: the seed of the initialisation and of the row order.
+        checkpoint_dir: a folder to checkpoint into, so an interrupted fit resumes; None: none.
+        progress: show a progress bar.
+        device: the torch device to train on.
+
     Defaults measured on the default run's fit set (10,000 MiniLM layer-5 rows, d = 384; dev R²
     of the reconstruction, bench/sae_settings.py): L = 4096, k = 32 and lr 1e-3 reach 0.734 with
     1.8% of latents silent on dev rows; sparsify's rate 2e-4 / sqrt(L / 2^14) = 4e-4 gives 0.721, 2048

@@ -72,10 +72,26 @@ def merged_config(old: dict, cfg: BuildConfig, names: list[str]) -> BuildConfig:
 
 def build(cfg: BuildConfig, stages: list[str] | None = None, on_stage: Callable | None = None,
           force: bool = False, rebuild: str | None = None) -> Run:
-    """Run the pipeline for `cfg`, skipping stages already complete. `stages` limits which run
-    (e.g. ["texts", "extract"]); `on_stage(i, n, name)` reports progress (the dashboard's bar);
-    `force` deletes the run first; `rebuild` builds that stage and every stage after it again.
-    One build of a run at a time: another one of the same run is refused (`lock.run_lock`)."""
+    """Build a run, or finish one: the stages already complete are skipped. One build of a run
+    at a time: another one of the same run is refused. `vqlc build` calls this.
+
+    Args:
+        cfg: the settings (`preset(...)`).
+        stages: only these stages and what they need (e.g. `["texts", "extract"]`); None: all.
+        on_stage: called as `on_stage(i, n, name)` before each stage (the dashboard's bar).
+        force: delete the run's folder first and build it from scratch.
+        rebuild: build this stage and every stage after it again.
+
+    Returns:
+        The built `Run`.
+
+    Raises:
+        RunError: a mistake in the settings or the data, a device this machine lacks, a
+            finished stage whose settings changed, or another build of the same run.
+
+    Example:
+        >>> run = vq.build(vq.preset("default", run="small", limit=300, n_concepts=20))
+    """
     check_run_name(cfg.run)
     resolve_device(cfg.device)  # a device this machine lacks is refused before anything is touched
     with run_lock(cfg.run_dir) if distributed.is_main() else nullcontext():  # rank 0 holds it for all

@@ -137,7 +137,26 @@ SECTIONS = {"data": DataConfig, "finetune": FinetuneConfig, "extract": ExtractCo
 
 @dataclass
 class BuildConfig:
-    """A whole build: the run's name and place, the seed, and one config per stage."""
+    """A whole build: the run's name and place, the seed, and one config per stage. `preset`
+    gives one with some settings replaced; every field is a `vqlc build` option.
+
+    Attributes:
+        run (str): the run's name, its folder under `<cache_dir>/runs/`.
+        seed (int): the seed for splits, sampling and training.
+        cache_dir (Path): where downloads, models and runs go.
+        device (str): where the torch stages run: 'auto', 'cpu', 'cuda' or 'cuda:N'.
+        data (DataConfig): the data set and its columns (stage `texts`).
+        finetune (FinetuneConfig): fine-tuning before extraction (stage `finetune`).
+        extract (ExtractConfig): the model, the layer and how states are read (stage `extract`).
+        fitset (FitSetConfig): the rows the methods are fitted on (stage `fitset`).
+        methods (MethodsConfig): which concept methods, K, and each method's options.
+        eval (EvalConfig): the evaluation's sentences and controls (stage `evaluate`).
+
+    Example:
+        >>> cfg = vq.preset("default", run="mine", n_concepts=200)
+        >>> cfg.run_dir
+        PosixPath('cache/runs/mine')
+    """
 
     run: str = opt("default", "run name, the folder under cache/runs/ (default: the preset's name); under torchrun "
                               "write --run-name, as torchrun reads --run as its own --run-path")
@@ -161,6 +180,7 @@ class BuildConfig:
 
     @property
     def run_dir(self) -> Path:
+        """The run's folder, `<cache_dir>/runs/<run>`."""
         return self.cache_dir / "runs" / self.run
 
     @property
@@ -191,6 +211,7 @@ class BuildConfig:
         return replace(self, **new)
 
     def to_json(self) -> dict:
+        """The settings as plain JSON types, one dictionary per stage (the manifest keeps it)."""
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in SECTIONS}
         d["cache_dir"] = str(self.cache_dir)
         for s in SECTIONS:
@@ -199,6 +220,7 @@ class BuildConfig:
 
     @classmethod
     def from_json(cls, d: dict) -> "BuildConfig":
+        """The settings `to_json` wrote; a setting a newer version added takes its default."""
         top = {f.name for f in fields(cls)} - set(SECTIONS)
         kw = {k: v for k, v in d.items() if k in top}
         for s, sec in SECTIONS.items():
@@ -262,10 +284,29 @@ PRESETS: dict[str, BuildConfig] = {
     # MiniLM on BBC News topics: articles truncated to their first 128 tokens, as decoder-bbc.
     "default-bbc": _preset("default-bbc", model="minilm", dataset="bbc", max_length=128, faithfulness_texts=200),
 }
+"""The named starting configurations (`vqlc build --preset NAME`): default (MiniLM on MR sentence
+polarity), default-bbc (MiniLM on BBC News topics), decoder (SmolLM2-135M on MR) and decoder-bbc
+(SmolLM2-135M on BBC News)."""
 
 
 def preset(name: str, **overrides) -> BuildConfig:
-    """The preset `name` with some settings replaced by flat name (None values are ignored)."""
+    """A preset with some settings replaced.
+
+    Args:
+        name: a key of `PRESETS`.
+        **overrides: settings by their flat name, as the command line's options are named
+            (`run`, `model`, `n_concepts`, ...); None values are ignored.
+
+    Returns:
+        The `BuildConfig`, checked.
+
+    Raises:
+        RunError: the preset is unknown, or a setting is out of range.
+
+    Example:
+        >>> vq.preset("decoder", run="small", limit=300).extract.model
+        'smollm2-135m'
+    """
     if name not in PRESETS:
         raise RunError(f"Unknown preset '{name}'; choose one of {', '.join(PRESETS)}.")
     return PRESETS[name].replace(**{k: v for k, v in overrides.items() if v is not None})

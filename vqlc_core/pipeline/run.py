@@ -76,7 +76,27 @@ class Manifest:
 
 
 class Run:
-    """A run directory: its config, manifest and lazily loaded parts."""
+    """A built (or partly built) run: its settings, its manifest and every part a stage wrote,
+    each loaded on first use. `open_run` is the usual way to get one.
+
+    Args:
+        run_dir: the run's folder, `<cache>/runs/<name>`.
+        cfg: the settings to build it with; None reads them from its `manifest.json` (the run
+            then uses this machine's device, `$VQLC_DEVICE` or auto).
+
+    Raises:
+        RunError: `run_dir` holds no run, or one written by an incompatible version.
+
+    Attributes:
+        dir (Path): the run's folder.
+        manifest (Manifest): its `manifest.json`: settings, versions and the state of each stage.
+        cfg (BuildConfig): the settings it was built with.
+
+    Example:
+        >>> run = vq.open_run("default")
+        >>> run.methods_built(), run.class_names
+        (['vqlc', 'kmeans', 'lacoat'], ['negative', 'positive'])
+    """
     def __init__(self, run_dir: str | Path, cfg: BuildConfig | None = None):
         self.dir = Path(run_dir)
         check_run_name(self.dir.name)
@@ -96,14 +116,18 @@ class Run:
     # --- parts ----------------------------------------------------------------------------
     @property
     def texts(self) -> pd.DataFrame:
+        """Every text of the data set: `text_id`, `text`, `label` (class index), `split`
+        ('train', 'dev' or 'test') and `group`, one row per text."""
         return read_parquet(self.dir / "texts.parquet")
 
     @property
     def class_names(self) -> list[str]:
+        """The class names, in the order of the label indices."""
         return self.manifest.data["class_names"]
 
     @property
     def layer(self) -> int:
+        """The layer whose token states the run extracted (0 is the embeddings)."""
         return int(self.manifest.data["layer"])
 
     @cached_property
@@ -119,6 +143,8 @@ class Run:
 
     @property
     def backbone(self):
+        """The run's model (`Backbone`) with its fine-tuned weights when it was fine-tuned, loaded
+        on first use on `device`."""
         if self._backbone is None:
             src = resolve_model(self.cfg.extract.model, cache_dir=self.cfg.cache_dir)
             full = self.cfg.finetune.mode_for(src.kind, src.is_classifier) == "full"
@@ -142,10 +168,14 @@ class Run:
     # store`); otherwise each is read from the run on first use.
     @cached_property
     def store(self) -> ActivationStore:
+        """The activation store: one row of layer-`layer` states per word and per text's
+        prediction, with its text, word and split."""
         return ActivationStore(self.dir / "store")
 
     @cached_property
     def classifier(self) -> Classifier:
+        """The classifier the run explains: the fine-tuned head, or a linear probe on the frozen
+        model's pooled states."""
         return Classifier.load(self.dir / "classifier", self.backbone)
 
     @property
@@ -154,10 +184,24 @@ class Run:
         return read_json(self.dir / "classifier" / "metrics.json")
 
     def explainer(self, methods=None) -> Explainer:
-        """An Explainer over the run's classifier and the methods named in `methods` (default:
-        every built one), with the run's extraction settings, so words are represented as the
-        store represents them. `methods` may also map names to (method, ConceptSet) pairs
-        already loaded."""
+        """An Explainer over the run's classifier and its concept methods, with the run's
+        extraction settings, so words are represented as the store represents them.
+
+        Args:
+            methods: the names of built methods (default: every built one), or a mapping of names
+                to `(method, ConceptSet)` pairs already loaded.
+
+        Returns:
+            An `Explainer`; its `explain(text)` gives an `Explanation`.
+
+        Raises:
+            RunError: a named method is not built in this run.
+
+        Example:
+            >>> ex = run.explainer(methods=("vqlc",)).explain("a gorgeous, witty film")
+            >>> ex.prediction
+            'positive'
+        """
         if methods is None or not isinstance(methods, dict):
             names = self.methods_built() if methods is None else list(methods)
             unbuilt = [m for m in names if m not in self.methods_built()]
@@ -179,6 +223,8 @@ class Run:
         return base if seed is None or seed == self.cfg.method_seeds[0] else base / "seeds" / str(seed)
 
     def concept_set(self, method: str, seed: int | None = None):
+        """The `ConceptSet` of `method` (of `seed`; default: the shown one) with its labels and
+        tag names; `concepts` is the same."""
         cs = ConceptSet.load(self.method_dir(method, seed), n_rows=self.store.n_rows, dim=self.store.dim)
         if self.method_dir(method, seed) == self.method_dir(method):  # labels name the shown seed's concepts
             cs.labels = LabelBook(self.dir, method)
@@ -212,16 +258,32 @@ class Run:
         return load_method(name, self.method_dir(name, seed) / "model")
 
     def concepts(self, method: str, seed: int | None = None) -> ConceptSet:
-        """Method `method`'s concepts (of `seed`, default: the shown one), with their labels."""
+        """A method's concepts, with their labels.
+
+        Args:
+            method: a built method's name (`run.methods_built()`), e.g. 'vqlc'.
+            seed: which of the build's seeds (default: the first, the one the dashboard shows).
+
+        Returns:
+            The `ConceptSet`: every concept's members, vector, top words and purity.
+
+        Example:
+            >>> cs = run.concepts("vqlc")
+            >>> cs.summary.head(3)[["concept", "size", "top_words"]]
+        """
         return self.concept_set(method, seed)
 
     def concept_map(self, method: str) -> pd.DataFrame:
+        """The 2-D map of `method`'s concept vectors (the Codebook map page): one row per concept."""
         return read_parquet(self.dir / "methods" / method / "map.parquet")
 
     def faithfulness(self) -> pd.DataFrame:
+        """The evaluation's rows: per test sentence, method and ablation target, the drop in the
+        predicted class's probability (`eval/faithfulness.parquet`)."""
         return read_parquet(self.dir / "eval" / "faithfulness.parquet")
 
     def measures(self) -> dict:
+        """The evaluation's summaries with their bootstrap intervals (`eval/measures.json`)."""
         return read_json(self.dir / "eval" / "measures.json")
 
     def instrument_rows(self) -> pd.DataFrame:
@@ -231,9 +293,11 @@ class Run:
 
     # --- stages -----------------------------------------------------------------------------
     def stage_order(self) -> list[str]:
+        """The run's stages in build order, its methods included."""
         return stage_names(self.cfg.methods.methods)
 
     def methods_built(self) -> list[str]:
+        """The concept methods whose stage has finished, in the order the build fits them."""
         return [m for m in self.cfg.methods.methods if self.manifest.is_complete(m)]
 
     def is_built(self) -> bool:
@@ -293,8 +357,25 @@ class Run:
 
 
 def open_run(name_or_path: str | Path, cache_dir: str | Path | None = None) -> Run:
-    """The run named `name_or_path` under `cache_dir`/runs (default: $VQLC_CACHE_DIR or cache), or
-    the run directory at that path."""
+    """Open a built run by its name or its folder.
+
+    Args:
+        name_or_path: a run's name, looked up under `<cache_dir>/runs/`, or the path of a run's
+            folder.
+        cache_dir: where runs live (default: `$VQLC_CACHE_DIR`, else `./cache`).
+
+    Returns:
+        The `Run`; nothing heavy is loaded until a part is used.
+
+    Raises:
+        RunError: there is no such run; the sentence lists the runs there are.
+
+    Example:
+        >>> import vqlc_core as vq
+        >>> run = vq.open_run("default")
+        >>> run.explainer(methods=("vqlc",)).explain("a gorgeous, witty film").prediction
+        'positive'
+    """
     path = Path(name_or_path)
     if not (path / "manifest.json").exists():
         root = Path(cache_dir if cache_dir is not None else cache_dir_default()) / "runs"
@@ -315,9 +396,20 @@ def has_a_method(run_dir: str | Path) -> bool:
 
 
 def list_runs(cache_dir: str | Path | None = None, usable: bool = False) -> list[Path]:
-    """Run directories (those with a manifest) under `cache_dir`/runs, sorted by name; with
-    `usable`, only those with a finished concept method (`has_a_method`): a failed first build
-    leaves a run the pages cannot show."""
+    """The run folders under `<cache_dir>/runs/`, sorted by name.
+
+    Args:
+        cache_dir: where runs live (default: `$VQLC_CACHE_DIR`, else `./cache`).
+        usable: only runs with a finished concept method (a failed first build leaves a run the
+            pages cannot show).
+
+    Returns:
+        Their paths (folders with a `manifest.json`); `open_run` opens one.
+
+    Example:
+        >>> [p.name for p in vq.list_runs()]
+        ['decoder', 'default']
+    """
     root = Path(cache_dir if cache_dir is not None else cache_dir_default()) / "runs"
     runs = sorted(p for p in root.iterdir() if (p / "manifest.json").exists()) if root.exists() else []
     return [p for p in runs if has_a_method(p)] if usable else runs
