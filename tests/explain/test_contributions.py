@@ -1,8 +1,10 @@
 """The concept attribution on the real MiniLM with the explainer fixtures of
-tests/explain/test_explainer.py: every present concept's score is its single ablation computed by
-hand (the hook of `ablated_proba`), the ranking, the deletion curve, the interaction share, and
-attribution patching against a hand computation; and on a tiny hand-made model, every score and
-the joint drop against numpy's computation from the states alone."""
+tests/explain/test_explainer.py: every present word concept's score is its single removal computed
+by hand (a hook that projects at the concept's words' tokens for the local intervention, the hook
+of `ablated_proba` for the global one), the ranking, the deletion curve, the waterfall that adds
+up, Shapley values against exact ones, the interaction share, and attribution patching against a
+hand computation; and on a tiny hand-made model, every score and the joint drop against numpy's
+computation from the states alone, local and global."""
 
 import json
 
@@ -14,7 +16,7 @@ import torch
 from transformers import AutoTokenizer, BertConfig, BertModel
 
 from tests.explain.test_explainer import LAYER, SENTENCE, corpus, explainer, setup  # noqa: F401 (module fixtures)
-from vqlc_core.data.backbone import Backbone
+from vqlc_core.data.backbone import Backbone, edit_layer
 from vqlc_core.data.classifier import Classifier
 from vqlc_core.data.extract import extract_texts
 from vqlc_core.data.settings import ExtractConfig
@@ -27,20 +29,53 @@ from vqlc_core.explain.explainer import Explainer
 from vqlc_core.explain.records import ConceptContribution, MethodExplanation
 
 
-def test_every_present_concept_scores_its_single_ablation_by_hand(explainer, setup):
+def local_by_hand(setup, text, removed: dict[int, list[int]], cs) -> np.ndarray:
+    """Class probabilities with each concept k of `removed` (k -> token positions) projected out
+    at its positions only, by a hook on block l: no explainer code involved."""
+    enc, _ = setup["bb"].tokenize([text])
+
+    def fn(h):
+        h = h.clone()
+        for k, pos in removed.items():
+            q = cs.directions([k])[0].astype(np.float64)
+            q = torch.as_tensor(q / np.linalg.norm(q), dtype=h.dtype)
+            h[0, pos] = h[0, pos] - (h[0, pos] @ q)[:, None] * q
+        return h
+
+    with torch.inference_mode(), edit_layer(setup["bb"], LAYER, fn):
+        return torch.softmax(setup["clf"].logits(enc), -1).numpy()[0]
+
+
+def token_positions(explainer, text, word_ids, k) -> list[int]:
+    words = explainer._pass(text).words
+    return [t for w, c in zip(words, word_ids) if c == k for t in w.tokens]
+
+
+def test_every_word_concept_scores_its_local_removal_by_hand(explainer, setup):
     e = explainer.explain(SENTENCE)
     me = e.methods["kmeans"]
     _, cs = setup["methods"]["kmeans"]
-    present = set(me.word_concepts) | {me.prediction_concepts[0].concept}
-    assert {r.concept for r in me.contributions} == present  # each concept once
+    assert me.intervention == "local" and not me.shapley
+    assert {r.concept for r in me.contributions} == set(me.word_concepts)  # each word concept once, no other
+    for r in me.contributions:
+        pos = token_positions(explainer, SENTENCE, me.word_concepts, r.concept)
+        by_hand = local_by_hand(setup, SENTENCE, {r.concept: pos}, cs)[e.predicted_index]
+        assert abs(r.score - (e.confidence - by_hand)) < 1e-4 and abs(r.ablated_proba - by_hand) < 1e-4
+        assert r.words == [i for i, k in enumerate(me.word_concepts) if k == r.concept] and r.kind == "word"
+    every = {k: token_positions(explainer, SENTENCE, me.word_concepts, k) for k in set(me.word_concepts)}
+    assert me.base == pytest.approx(local_by_hand(setup, SENTENCE, every, cs)[e.predicted_index], abs=1e-4)
+
+
+def test_the_global_intervention_scores_the_projection_at_every_position(explainer, setup):
+    e = explainer.explain(SENTENCE, intervention="global")
+    me = e.methods["kmeans"]
+    _, cs = setup["methods"]["kmeans"]
+    assert me.intervention == "global"
     for r in me.contributions:
         by_hand = ablated_proba(setup["clf"], SENTENCE, LAYER, cs.directions([r.concept]))[0][e.predicted_index]
         assert abs(r.score - (e.confidence - by_hand)) < 1e-4
-        assert abs(r.ablated_proba - by_hand) < 1e-4
-        assert r.words == [i for i, k in enumerate(me.word_concepts) if k == r.concept]
-    top = me.prediction_concepts[0].concept
-    kind = {r.concept: r.kind for r in me.contributions}[top]
-    assert kind == ("word+prediction" if top in me.word_concepts else "prediction")
+    with pytest.raises(Exception, match="intervention must be 'local' or 'global'"):
+        explainer.explain(SENTENCE, intervention="everywhere")
 
 
 def test_contributions_are_ranked_and_the_deletion_curve_removes_them_in_that_order(explainer, setup):
@@ -52,12 +87,67 @@ def test_contributions_are_ranked_and_the_deletion_curve_removes_them_in_that_or
     assert me.deletion[0] == pytest.approx(me.contributions[0].ablated_proba, abs=1e-6)
     ids = [r.concept for r in me.contributions]
     for n in (2, len(ids)):
-        by_hand = ablated_proba(setup["clf"], SENTENCE, LAYER, cs.directions(ids[:n]))[0][e.predicted_index]
-        assert me.deletion[n - 1] == pytest.approx(by_hand, abs=1e-4)
+        removed = {k: token_positions(explainer, SENTENCE, me.word_concepts, k) for k in ids[:n]}
+        assert me.deletion[n - 1] == pytest.approx(local_by_hand(setup, SENTENCE, removed, cs)[e.predicted_index],
+                                                   abs=1e-4)
     assert me.joint == pytest.approx(e.confidence - me.deletion[-1], abs=1e-6)
     assert me.interaction == pytest.approx(interaction_share(me.joint, scores))
     toggled = explainer.ablate(SENTENCE, "kmeans", [ids[0]])  # what the page's toggle shows
     assert -toggled.delta == pytest.approx(scores[0], abs=1e-5)
+    everywhere = explainer.ablate(SENTENCE, "kmeans", [ids[0]], intervention="global")
+    assert -everywhere.delta == pytest.approx(e.confidence - ablated_proba(
+        setup["clf"], SENTENCE, LAYER, cs.directions([ids[0]]))[0][e.predicted_index], abs=1e-5)
+    with pytest.raises(Exception, match="Unknown concept method 'nope'"):
+        explainer.explain(SENTENCE, attribute=["nope"])
+
+
+def test_the_waterfall_adds_up_to_the_prediction_on_fifty_sentences(explainer):
+    """base + every score + the interaction (joint minus the scores' sum) = p(x), for every
+    sentence and method, under both interventions and with Shapley values."""
+    texts, _ = corpus(n_per_class=25)
+    for how, shap in (("local", False), ("global", False), ("local", True)):
+        n = len(texts) if not shap else 5
+        for e in explainer.explain_many(list(texts[:n]), None, [shap] * n, [how] * n):
+            for me in e.methods.values():
+                total = me.base + sum(r.score for r in me.contributions) + (me.joint - sum(r.score for r in me.contributions))
+                assert abs(total - e.confidence) < 1e-6
+                assert abs(me.base + me.joint - e.confidence) < 1e-6
+                if shap:
+                    assert abs(sum(r.score for r in me.contributions) - me.joint) < 1e-5  # efficiency
+
+
+def test_shapley_values_are_exact_up_to_ten_concepts_and_sampled_within_a_hundredth_beyond(explainer, setup):
+    from vqlc_core.explain import shapley as shap
+    from vqlc_core.explain.contributions import Removal, removal_proba
+
+    text = "a gorgeous , witty and deeply moving film , though its final act drags on far too long and bores"
+    e = explainer.explain(text, shapley=True)
+    me = e.methods["kmeans"]
+    present = list(dict.fromkeys(me.word_concepts))
+    p = explainer._pass(text)
+    rem = Removal(explainer, p, "kmeans", me.word_concepts, "local")
+    coalitions = shap.all_coalitions(len(present))
+    proba = removal_proba(explainer, [rem] * len(coalitions), [[present[i] for i in c] for c in coalitions])
+    value = {c: e.confidence - float(pr[e.predicted_index]) for c, pr in zip(coalitions, proba)}
+    exact = dict(zip(present, shap.exact_shapley(len(present), value)))
+    assert len(present) >= 4 and all(r.stderr == 0 for r in me.contributions)
+    for r in me.contributions:
+        assert r.score == pytest.approx(exact[r.concept], abs=1e-6)
+    # sampling, as the explainer does past ten concepts, on the same game (32 antithetic orders)
+    n = len(present)
+    est, se = shap.sampled_shapley(n, shap.antithetic_orders(n, shap.PERMUTATIONS, seed=0), value)
+    assert np.abs(est - shap.exact_shapley(n, value)).max() < 0.01 and (se >= 0).all()
+
+
+def test_exact_shapley_on_a_known_game():
+    from vqlc_core.explain import shapley as shap
+
+    # v(S) = sum of weights + 1 if players 0 and 1 are both in: the pair's bonus is split evenly
+    w = [0.3, 0.1, 0.05]
+    value = {c: sum(w[i] for i in c) + (1.0 if {0, 1} <= set(c) else 0.0) for c in shap.all_coalitions(3)}
+    assert np.allclose(shap.exact_shapley(3, value), [0.8, 0.6, 0.05])
+    est, se = shap.sampled_shapley(3, shap.antithetic_orders(3, 64, seed=1), value)
+    assert np.allclose(est, [0.8, 0.6, 0.05], atol=0.05)
 
 
 def test_the_interaction_share_is_zero_when_effects_add_up_and_one_when_they_cancel():
@@ -68,7 +158,7 @@ def test_the_interaction_share_is_zero_when_effects_add_up_and_one_when_they_can
     assert aopc(0.9, [0.5, 0.3]) == pytest.approx(0.5)
 
 
-def test_present_concepts_keep_word_order_and_mark_the_prediction_concept():
+def test_present_concepts_keep_word_order_and_mark_a_prediction_concept_when_asked():
     assert present_concepts([3, 1, 3], 7) == [(3, [0, 2], "word"), (1, [1], "word"), (7, [], "prediction")]
     assert present_concepts([3, 1], 1) == [(3, [0], "word"), (1, [1], "word+prediction")]
 
@@ -107,8 +197,10 @@ def test_the_attribution_of_one_method_is_the_one_every_method_gets(explainer):
     explanation's time): that method's records are those of a full explanation, the others none,
     and the rest of the explanation is the same."""
     full, one = explainer.explain(SENTENCE), explainer.explain(SENTENCE, attribute=["kmeans"])
-    assert one.methods["kmeans"].contributions == full.methods["kmeans"].contributions
-    assert one.methods["kmeans"].deletion == full.methods["kmeans"].deletion
+    a, b = one.methods["kmeans"], full.methods["kmeans"]  # equal up to float rounding of other batch shapes
+    assert [(r.concept, r.words) for r in a.contributions] == [(r.concept, r.words) for r in b.contributions]
+    assert np.allclose([r.score for r in a.contributions], [r.score for r in b.contributions], atol=1e-6)
+    assert np.allclose(a.deletion, b.deletion, atol=1e-6)
     others = [m for m in full.methods if m != "kmeans"]
     assert others and all(one.methods[m].contributions is None and full.methods[m].contributions for m in others)
     assert one.attributions == full.attributions and one.confidence == full.confidence
@@ -143,7 +235,7 @@ def test_on_a_tiny_hand_made_model_each_score_and_the_joint_drop_are_the_hand_co
     ex = Explainer(clf, 1, {"kmeans": (method, cs)})
 
     text = "the plot is dull but the acting is wonderful"
-    e = ex.explain(text)
+    e = ex.explain(text, intervention="global")
     me = e.methods["kmeans"]
     enc = tok([text], return_tensors="pt")
     with torch.no_grad():
@@ -166,3 +258,29 @@ def test_on_a_tiny_hand_made_model_each_score_and_the_joint_drop_are_the_hand_co
     every = [cs.vectors[r.concept].astype(np.float64) - cs.mean for r in me.contributions]
     assert me.joint == pytest.approx(p0 - p_pred(removed(every)), abs=1e-5)
     assert abs(me.joint) > 1e-3 and max(abs(r.score) for r in me.contributions) > 1e-3  # the concepts matter
+
+    # local: concept k's unit direction projected out of the rows of its words' tokens only
+    local = ex.explain(text).methods["kmeans"]
+    words = ex._pass(text).words
+
+    def at_words(ks):
+        out = h.copy()
+        for k in ks:
+            q = cs.vectors[k].astype(np.float64) - cs.mean
+            q /= np.linalg.norm(q)
+            rows = [t for w, c in zip(words, local.word_concepts) if c == k for t in w.tokens]
+            out[rows] -= np.outer(out[rows] @ q, q)
+        return out
+
+    for r in local.contributions:
+        changed = np.flatnonzero(np.abs(at_words([r.concept]) - h).max(1) > 1e-9)
+        rows = [t for w, c in zip(words, local.word_concepts) if c == r.concept for t in w.tokens]
+        assert set(changed) <= set(rows) and len(changed) > 0  # only the chosen positions move
+        assert r.score == pytest.approx(p0 - p_pred(at_words([r.concept])), abs=1e-5)
+    assert local.base == pytest.approx(p_pred(at_words(set(local.word_concepts))), abs=1e-5)
+    from vqlc_core.explain.contributions import Removal
+
+    p = ex._pass(text)
+    k = local.contributions[0].concept
+    got = Removal(ex, p, "kmeans", local.word_concepts, "local").states([k])[0].double().numpy()
+    assert np.allclose(got, at_words([k]), atol=1e-5)  # the explainer's own states: untouched elsewhere

@@ -220,11 +220,11 @@ def test_ablating_concepts_matches_the_hook_and_nothing_changes_nothing(explaine
     e = explainer.explain(SENTENCE)
     k = e.methods["kmeans"].prediction_concepts[0].concept
     _, concepts = setup["methods"]["kmeans"]
-    out = explainer.ablate(SENTENCE, "kmeans", [k])
+    out = explainer.ablate(SENTENCE, "kmeans", [k], intervention="global")  # the hook's: every position
     hooked = ablated_proba(setup["clf"], SENTENCE, LAYER, concepts.directions([k]))[0]
     assert np.allclose(list(out.proba.values()), hooked, atol=1e-5)
     assert abs(out.delta - (hooked[e.predicted_index] - e.confidence)) < 1e-5
-    raw = explainer.ablate(SENTENCE, "kmeans", [k], centred=False)
+    raw = explainer.ablate(SENTENCE, "kmeans", [k], centred=False, intervention="global")
     hooked_raw = ablated_proba(setup["clf"], SENTENCE, LAYER, concepts.vectors[[k]])[0]
     assert np.allclose(list(raw.proba.values()), hooked_raw, atol=1e-5) and not np.allclose(hooked, hooked_raw)
     none = explainer.ablate(SENTENCE, "kmeans", [])

@@ -19,7 +19,8 @@ from vqlc_core.data.settings import AGGREGATIONS
 from vqlc_core.data.inputs import check_input
 from vqlc_core.methods.calibration import tempered
 from vqlc_core.explain.ablation import from_layer, orthonormal_basis, project_out
-from vqlc_core.explain.contributions import contributions as concept_contributions
+from vqlc_core.explain.contributions import Removal, contributions as concept_contributions
+from vqlc_core.explain.intervention import check_intervention
 from vqlc_core.base.runio import RunError
 from vqlc_core.explain.attribution import (IG_STEPS, Attribution, eligible_words, layer_attributions, pooled_positions,
                                            salient_indices, word_scores)
@@ -58,12 +59,16 @@ class Explainer:
     ig_baseline: the layer-l state (d,) Integrated Gradients starts from at every word token
         (a run's neutral baseline, `baseline.neutral_baseline`, named by `ig_baseline_name`);
         None takes the train rows' mean state from the concept sets (zero when none holds one).
-    contributions: whether each explanation scores the input's concepts by their single ablation
-        (`contributions`: two more forwards from layer l); off, its records leave them out."""
+    contributions: whether each explanation scores the input's word concepts by their removal
+        (`contributions`: two more forwards from layer l); off, its records leave them out.
+    intervention: where a concept is removed for one input's explanation, its toggles and its
+        ranked list (`intervention.py`): 'local' (at the tokens of the input's words assigned to
+        it, the default) or 'global' (at every position, as the faithfulness tables); each call
+        may ask for the other."""
 
     def __init__(self, classifier, layer: int, methods: dict, ig_steps: int = IG_STEPS, cache_size: int = 16,
                  autocast_dtype=None, aggregation: str = "last", ig_baseline=None, ig_baseline_name: str = "given",
-                 contributions: bool = True):
+                 contributions: bool = True, intervention: str = "local"):
         if ig_steps < 1:
             raise RunError(f"ig_steps must be at least 1, got {ig_steps}.")
         if aggregation not in AGGREGATIONS:
@@ -74,6 +79,7 @@ class Explainer:
         self.methods = dict(methods)
         self.ig_steps, self.cache_size = ig_steps, cache_size
         self.contributions = bool(contributions)
+        self.intervention = check_intervention(intervention)
         self._cache: OrderedDict[str, _Pass] = OrderedDict()
         self.autocast_dtype = autocast_dtype  # e.g. torch.bfloat16: faster forwards on CPUs with BF16
         if ig_baseline is None:
@@ -182,27 +188,45 @@ class Explainer:
         return self.methods[name]
 
     # --- public -------------------------------------------------------------------------------
-    def explain(self, text: str, attribute=None) -> Explanation:
+    def explain(self, text: str, attribute=None, shapley: bool = False, intervention: str | None = None) -> Explanation:
         """The prediction, every word's concept, the prediction representation's top concepts
         and the salient words with their concepts, for each method; and the concept attribution
         (`contributions`) of the methods in `attribute` (default: every method; the Explain page
-        shows one, and the attribution is most of an explanation's time). Thread-safe: the hooks
-        it places act on the shared model, so passes are serialised by the backbone's lock."""
-        return self.explain_many([text], None if attribute is None else [attribute])[0]
+        shows one, and the attribution is most of an explanation's time), scored by single
+        removals or, with `shapley`, by Shapley values, under `intervention` ('local' or
+        'global'; default: the explainer's). Thread-safe: the hooks it places act on the shared
+        model, so passes are serialised by the backbone's lock."""
+        return self.explain_many([text], None if attribute is None else [attribute], [shapley], [intervention])[0]
 
-    def explain_many(self, texts: list[str], attribute: list | None = None) -> list[Explanation]:
+    def explain_many(self, texts: list[str], attribute: list | None = None, shapley: list | None = None,
+                     intervention: list | None = None) -> list[Explanation]:
         """`explain` for several texts at once: one padded forward, one batched Integrated
         Gradients pass and one concept assignment per method for them all (the server batches
         the requests of sessions that arrive together, `serving.ExplainService`). attribute[b]:
-        the methods whose attribution text b gets (None: every method)."""
-        attribute = [None] * len(texts) if attribute is None else list(attribute)
+        the methods whose attribution text b gets (None: every method); shapley[b] and
+        intervention[b]: how (default: single removals, the explainer's intervention)."""
+        n = len(texts)
+        attribute = [None] * n if attribute is None else list(attribute)
+        shapley = [bool(s) for s in (shapley or [False] * n)]
+        intervention = [check_intervention(i, self.intervention) for i in (intervention or [None] * n)]
         for m in {m for a in attribute if a is not None for m in a}:
             self._method(m)  # an unknown name: one sentence
         want = [set(self.methods) if a is None else set(a) for a in attribute]
         with self.backbone.lock:
-            return self._explain_many(list(texts), want)
+            return self._explain_many(list(texts), want, shapley, intervention)
 
-    def _explain_many(self, texts: list[str], want: list[set]) -> list[Explanation]:
+    def _word_ids(self, passes: list[_Pass]) -> dict[str, list[list[int]]]:
+        """Per method, per pass: every word's concept id (one assignment per method for them all)."""
+        vecs = [self.word_vectors(p.states[0], p.words) for p in passes if p.words]
+        bounds = np.cumsum([0] + [len(p.words) for p in passes])
+        out = {}
+        for name, (method, _) in self.methods.items():
+            ids = [int(k) for k in method.predict(np.concatenate(vecs))] if vecs else []
+            out[name] = [ids[bounds[b] : bounds[b + 1]] for b in range(len(passes))]
+        return out
+
+    def _explain_many(self, texts: list[str], want: list[set], shapley: list[bool], intervention: list[str]
+                      ) -> list[Explanation]:
         ps = self._passes(texts)
         preds = [int(np.argmax(p.proba)) for p in ps]
         enc, states = self._stack(ps)
@@ -216,33 +240,29 @@ class Explainer:
             for j, i in enumerate(worded):
                 scores[i], salient[i], completeness[i] = sc[j], sal[j], float(attr.completeness_error[j])
 
-        vecs = [self.word_vectors(p.states[0], p.words) for p in ps if p.words]
-        bounds = np.cumsum([0] + [len(p.words) for p in ps])
-        per_method = {}
-        for name, (method, concepts) in self.methods.items():
-            ids = [int(k) for k in method.predict(np.concatenate(vecs))] if vecs else []
-            per_method[name] = (concepts, ids, concept_proba(method, pooled, concepts))
-        per_text = [{n: (cs, ids[bounds[b] : bounds[b + 1]], proba[b]) for n, (cs, ids, proba) in per_method.items()}
+        word_ids = self._word_ids(ps)
+        proba = {n: concept_proba(method, pooled, cs) for n, (method, cs) in self.methods.items()}  # (B, K) each
+        per_text = [{n: (cs, word_ids[n][b], proba[n][b]) for n, (_, cs) in self.methods.items()}
                     for b in range(len(ps))]
-        contrib = (concept_contributions(self, ps, preds, [{n: (cs, ids, int(np.argmax(proba)) if len(proba) else None)
-                                                            for n, (cs, ids, proba) in t.items() if n in want[b]}
-                                                           for b, t in enumerate(per_text)])
+        contrib = (concept_contributions(self, ps, preds, [{n: (cs, ids) for n, (cs, ids, _) in t.items() if n in want[b]}
+                                                           for b, t in enumerate(per_text)], intervention, shapley)
                    if self.contributions else [{} for _ in ps])
         return [self._explanation(texts[b], ps[b], preds[b], scores[b], salient[b], completeness[b], per_text[b],
-                                  contrib[b]) for b in range(len(ps))]
+                                  contrib[b], intervention[b], shapley[b]) for b in range(len(ps))]
 
     def _explanation(self, text: str, p: _Pass, pred: int, scores, salient, completeness, per_method,
-                     contrib: dict | None = None) -> Explanation:
+                     contrib: dict | None = None, intervention: str = "local", shapley: bool = False) -> Explanation:
         """One text's Explanation from its pass, attributions and per-method concepts."""
         names = self.classifier.class_names
         methods, salient_concepts = {}, {i: {} for i in salient}
         for name, (concepts, ids, proba) in per_method.items():
             top = np.argsort(-proba, kind="stable")[:TOP_CONCEPTS]
-            records, curve, joint, share = (contrib or {}).get(name, (None, None, None, None))
+            records, curve, joint, share, base = (contrib or {}).get(name, (None,) * 5)
             methods[name] = MethodExplanation(
                 word_concepts=ids,
                 prediction_concepts=[PredictionConcept(int(k), float(proba[k]), concepts.label(int(k))) for k in top],
-                contributions=records, deletion=curve, joint=joint, interaction=share)
+                contributions=records, deletion=curve, joint=joint, interaction=share, base=base,
+                intervention=intervention if records is not None else None, shapley=shapley and records is not None)
             for i in salient:
                 salient_concepts[i][name] = WordConcept(ids[i], concepts.label(ids[i]))
 
@@ -256,24 +276,36 @@ class Explainer:
             methods=methods, truncated=p.truncated,
             info={"ig_steps": self.ig_steps, "ig_rule": "gauss-legendre", "pooling": self.backbone.pooling,
                   "ig_baseline": self.ig_baseline_name,
-                  "completeness_error": completeness},
+                  "completeness_error": completeness, "intervention": intervention},
         )
 
-    def ablate(self, text: str, method: str, concept_ids, centred: bool = True) -> Ablation:
-        """Project the directions of `concept_ids` (of `method`'s concept set; centred on the
-        train mean unless `centred` is False, see `ConceptSet.directions`) out of layer l and run
-        the rest of the model. delta = new minus old probability of the originally predicted
-        class (negative: the concepts supported the prediction)."""
-        return self.ablate_many([(text, method, concept_ids, centred)])[0]
+    def ablate(self, text: str, method: str, concept_ids, centred: bool = True, intervention: str | None = None
+               ) -> Ablation:
+        """Remove the directions of `concept_ids` (of `method`'s concept set; centred on the train
+        mean unless `centred` is False, see `ConceptSet.directions`) from layer l and run the rest
+        of the model: under `intervention` 'local' (default: the explainer's) each concept at the
+        tokens of the input's words assigned to it (a concept no word has: where the prediction
+        representation is read), under 'global' the span at every position. delta = new minus old
+        probability of the originally predicted class (negative: the concepts supported it)."""
+        return self.ablate_many([(text, method, concept_ids, centred, intervention)])[0]
 
     def ablate_many(self, requests: list[tuple]) -> list[Ablation]:
-        """`ablate` for several (text, method, concept_ids[, centred]) at once: every
-        text's own concepts projected out, then one forward from layer l for them all."""
+        """`ablate` for several (text, method, concept_ids[, centred[, intervention]]) at once:
+        every text's own concepts removed, then one forward from layer l for them all."""
         with self.backbone.lock:
-            bases = [self._basis(*r[1:]) for r in requests]
-            ps = self._passes([r[0] for r in requests])
-            enc, states = self._stack(ps, [project_out(p.states, b) for p, b in zip(ps, bases)])
-            probas = self.proba_from_states(enc, states)
+            reqs = [tuple(r) + (True, None)[len(r) - 3:] for r in requests]  # centred, intervention: defaults
+            for _, m, ids, centred, how in reqs:
+                self._basis(m, ids, centred)  # bad ids: one sentence
+                check_intervention(how, self.intervention)
+            ps = self._passes([r[0] for r in reqs])
+            word_ids = self._word_ids(ps) if any(check_intervention(r[4], self.intervention) == "local" for r in reqs) else {}
+            states = []
+            for b, (p, (_, m, ids, centred, how)) in enumerate(zip(ps, reqs)):
+                ids = [int(k) for k in np.atleast_1d(np.asarray(ids, dtype=np.int64))]
+                how = check_intervention(how, self.intervention)
+                states.append(Removal(self, p, m, word_ids.get(m, [[]] * len(ps))[b], how, centred).states(ids))
+            enc, stacked = self._stack(ps, states)
+            probas = self.proba_from_states(enc, stacked)
         names, out = self.classifier.class_names, []
         for p, proba in zip(ps, probas):
             pred, new = int(np.argmax(p.proba)), int(np.argmax(proba))

@@ -47,33 +47,37 @@ class SalientWord:
 
 @dataclass(frozen=True)
 class ConceptContribution:
-    """How much one concept present in the input carries the prediction (`contributions`):
-    `score` is p(predicted class) minus that probability with the concept's centred direction
-    projected out of layer l at every position, exactly what its Ablate toggle does (positive:
-    it supports the predicted class). `words` are the indices of the input words assigned to it;
-    `kind` is "word", "prediction" (the prediction representation's top concept, which acts on
-    the pooled representation) or "word+prediction"."""
+    """How much one word concept present in the input carries the prediction (`contributions`):
+    `score` is p(predicted class) minus that probability with the concept removed under the
+    explanation's intervention (local: its centred direction projected out at the tokens of the
+    input's words assigned to it; global: at every position), exactly what its Ablate toggle does
+    (positive: it supports the predicted class); with Shapley values asked for, the concept's
+    Shapley value of the same removals, and `stderr` its sampling error (0 when exact). `words`
+    are the indices of the input words assigned to it; `kind` is "word"."""
 
     concept: int
     label: str
     score: float
-    ablated_proba: float  # p(predicted class) with this concept alone ablated
+    ablated_proba: float  # p(predicted class) with this concept alone removed
     ablated_prediction: str
     words: list[int]
     kind: str
+    stderr: float = 0.0
 
 
 # What `MethodExplanation.to_dict` leaves out when the explainer did not compute contributions.
-CONTRIBUTION_FIELDS = ("contributions", "deletion", "joint", "interaction")
+CONTRIBUTION_FIELDS = ("contributions", "deletion", "joint", "interaction", "base", "intervention", "shapley")
 
 
 @dataclass(frozen=True)
 class MethodExplanation:
     """One method's view of the input: every word's concept id, the prediction representation's
-    top concepts, most probable first, and (when computed) the concept contributions ranked by
-    score, highest first; `deletion`: p(predicted class) as the top-1, top-2, ... of them are
-    projected out together; `joint`: the drop with all of them out together; `interaction`: the
-    share of the joint effect that the single effects do not add up to (`contributions`)."""
+    top concepts, most probable first, and (when computed) the input's word concepts ranked by
+    score, highest first (`contributions`). `base`: p(predicted class) with every word concept of
+    the input removed together; `joint`: p(x) - base; `interaction`: the share of the joint effect
+    that the scores do not add up to. base + sum of scores + (joint - sum of scores) = p(x): the
+    waterfall. `deletion`: p(predicted class) as the top-1, top-2, ... are removed together.
+    `intervention`: 'local' or 'global'; `shapley`: whether the scores are Shapley values."""
 
     word_concepts: list[int]
     prediction_concepts: list[PredictionConcept]
@@ -81,6 +85,9 @@ class MethodExplanation:
     deletion: list[float] | None = None
     joint: float | None = None
     interaction: float | None = None
+    base: float | None = None
+    intervention: str | None = None
+    shapley: bool = False
 
     def to_dict(self) -> dict:
         d = asdict(self)

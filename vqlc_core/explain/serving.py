@@ -143,15 +143,20 @@ class ExplainService:
     def __init__(self, explainer, max_batch: int = 16, max_wait_s: float = 0.005, stats_path=None):
         self.explainer = explainer
         self.batcher = Batcher({
-            "explain": lambda batch: [e.to_dict() for e in explainer.explain_many([a[0] for a in batch],
-                                                                                  [a[1] if len(a) > 1 else None for a in batch])],
+            "explain": lambda batch: [e.to_dict() for e in explainer.explain_many(
+                [a[0] for a in batch], [a[1] if len(a) > 1 else None for a in batch],
+                [a[2] if len(a) > 2 else False for a in batch], [a[3] if len(a) > 3 else None for a in batch])],
             "ablate": lambda batch: [a.to_dict() for a in explainer.ablate_many(batch)],
         }, max_batch=max_batch, max_wait_s=max_wait_s, stats_path=stats_path)
 
-    def explain(self, text: str, alive: Callable[[], bool] | None = None, attribute=None) -> dict:
-        """`Explainer.explain(text, attribute)` as a dict; `attribute`: the methods whose concept
-        attribution it computes (None: every method)."""
-        return self.batcher.ask("explain", text, None if attribute is None else tuple(attribute), alive=alive)
+    def explain(self, text: str, alive: Callable[[], bool] | None = None, attribute=None, shapley: bool = False,
+                intervention: str | None = None) -> dict:
+        """`Explainer.explain(text, attribute, shapley, intervention)` as a dict; `attribute`: the
+        methods whose concept attribution it computes (None: every method)."""
+        return self.batcher.ask("explain", text, None if attribute is None else tuple(attribute), bool(shapley),
+                                intervention, alive=alive)
 
-    def ablate(self, text: str, method: str, ids, alive: Callable[[], bool] | None = None) -> dict:
-        return self.batcher.ask("ablate", text, method, list(ids), alive=alive)
+    def ablate(self, text: str, method: str, ids, alive: Callable[[], bool] | None = None,
+               intervention: str | None = None) -> dict:
+        """`Explainer.ablate(text, method, ids, intervention=intervention)` as a dict."""
+        return self.batcher.ask("ablate", text, method, list(ids), True, intervention, alive=alive)
