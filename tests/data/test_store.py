@@ -76,14 +76,26 @@ def test_a_truncated_shard_is_refused_naming_the_stage_to_rebuild(tmp_path):
         ActivationStore(tmp_path)
 
 
-def test_a_capped_fit_set_keeps_every_prediction_row_and_samples_the_words():
-    from vqlc_core.data.store import cap_fit_set
+def test_word_rows_and_prediction_rows_are_budgeted_apart():
+    from vqlc_core.data.store import budget_fit_set
 
-    rows = np.arange(0, 3000, 2)  # 1,500 rows, every tenth a prediction row
-    is_pred = (np.arange(len(rows)) % 10) == 0
-    capped = cap_fit_set(rows, is_pred, max_rows=1000, seed=0)
-    assert len(capped) == 1000 and np.all(np.diff(capped) > 0) and set(capped) <= set(rows)
-    assert set(rows[is_pred]) <= set(capped)  # all 150 prediction rows
-    assert np.array_equal(capped, cap_fit_set(rows, is_pred, max_rows=1000, seed=0))
-    assert not np.array_equal(capped, cap_fit_set(rows, is_pred, max_rows=1000, seed=1))
-    assert np.array_equal(cap_fit_set(rows, is_pred, max_rows=5000), rows)  # under the cap: untouched
+    rows = np.arange(0, 6000, 2)  # 3,000 rows, every other one a prediction row: as many texts as word rows
+    is_pred = (np.arange(len(rows)) % 2) == 0
+    got, info = budget_fit_set(rows, is_pred, max_words=1000, max_predictions=500, seed=0)
+    kept_pred = np.isin(got, rows[is_pred])
+    assert np.all(np.diff(got) > 0) and set(got) <= set(rows)
+    assert (~kept_pred).sum() == 1000 and kept_pred.sum() == 500  # many texts do not crowd out the words
+    assert info == {"word_rows": 1500, "word_rows_kept": 1000, "prediction_rows": 1500, "prediction_rows_kept": 500}
+    assert np.array_equal(got, budget_fit_set(rows, is_pred, 1000, 500, seed=0)[0])
+    assert not np.array_equal(got, budget_fit_set(rows, is_pred, 1000, 500, seed=1)[0])
+    assert np.array_equal(budget_fit_set(rows, is_pred, 5000, 5000)[0], rows)  # under both budgets: untouched
+
+
+def test_a_sampled_prediction_budget_keeps_each_class_share():
+    from vqlc_core.data.store import budget_fit_set
+
+    rows = np.arange(1000)
+    is_pred = np.ones(1000, dtype=bool)
+    strata = np.where(np.arange(1000) < 900, 0, 1)  # 90% of the texts predicted class 0
+    got, _ = budget_fit_set(rows, is_pred, 10, 101, seed=0, strata=strata)
+    assert len(got) == 101 and (got >= 900).sum() == 10  # 10.1 of 101 rounds to 10; class 0 keeps 91

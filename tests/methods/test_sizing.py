@@ -27,3 +27,10 @@ def test_without_prediction_concepts_k_is_counted_over_every_row():
 def test_the_suggestion_gives_about_the_threshold_and_never_fewer_than_two():
     assert suggested_count(1424) == 71 and 1424 / suggested_count(1424) >= SUGGESTED_ROWS_PER_CONCEPT
     assert suggested_count(10) == 2
+
+
+def test_a_note_names_the_budget_when_the_budget_binds_and_the_data_when_it_does_not():
+    capped = size_notes(3000, 500, 400, 20, available=(40000, 500))
+    assert "budget kept 3,000 of 40,000 word rows; raise --fit-max-words (up to 40,000)" in capped[0]
+    data = size_notes(3000, 500, 400, 20, available=(3000, 500))
+    assert "the train texts give no more word rows" in data[0] and "--fit-max-words" not in data[0]

@@ -15,7 +15,7 @@ from vqlc_core.base.runio import RunError
 
 pytestmark = pytest.mark.slow
 
-SMALL = dict(limit=120, n_concepts=10, faithfulness_texts=10, fit_max_rows=2000)
+SMALL = dict(limit=120, n_concepts=10, faithfulness_texts=10, fit_max_words=2000)
 
 
 def _cache(tmp_path):
@@ -115,3 +115,22 @@ def test_auto_precision_takes_what_a_finished_stage_was_built_with(apptest_run):
 
     recorded = json.loads((run.dir / "finetune" / "finetune.json").read_text())["config"]["dtype"]
     assert recorded == (built if built != "auto" else FinetuneConfig().plan("full", 0).dtype)
+
+
+def test_more_train_texts_than_the_prediction_budget_leave_the_word_rows_alone(frozen):
+    """96 train texts against a budget of 40 prediction rows (as 67k SST-2 texts against 10,000):
+    the fit set keeps its word rows and samples 40 predictions, stratified by predicted class."""
+    cfg = frozen.rebuild_config().replace(fit_max_predictions=40, fit_max_words=300, n_concepts=10)
+    run = build(cfg, stages=["fitset"])
+    fit = run.manifest.data["stages"]["fitset"]
+    rows = np.load(run.dir / "fitset.npy")
+    kind = run.store.tokens["kind"].to_numpy()[rows]
+    assert (kind == "pred").sum() == 40 == fit["n_prediction_rows"] and fit["available"]["prediction_rows"] == 96
+    assert (kind == "word").sum() == 300 == fit["n_word_rows"] < fit["available"]["word_rows"]
+    assert fit["prediction_rows_stratified_by"] == "predicted class"
+    predicted = run.classifier.head_proba(run.store.final_features()).argmax(1)
+    text_of = run.store.tokens["text_id"].to_numpy()
+    train = run.texts["split"].to_numpy() == "train"
+    share_all = predicted[train].mean()
+    share_kept = predicted[text_of[rows[kind == "pred"]]].mean()
+    assert abs(share_kept - share_all) <= 1 / 40 + 1e-9

@@ -47,17 +47,36 @@ def fit_set_rows(tokens, max_per_word: int = 20, min_count: int = 1, seed: int =
     return np.flatnonzero(keep)
 
 
-def cap_fit_set(rows: np.ndarray, is_pred: np.ndarray, max_rows: int, seed: int = 0) -> np.ndarray:
-    """At most `max_rows` of the fit set's `rows` (sorted): every prediction row (`is_pred`, one
-    flag per row) stays, as LACOAT keeps them all, and a seeded sample of the word rows fills the
-    rest. (Sampling all rows alike dropped half of the default run's prediction rows.)"""
-    rows, is_pred = np.asarray(rows), np.asarray(is_pred, dtype=bool)
-    if len(rows) <= max_rows:
+def _sample(rows: np.ndarray, n: int, rng, strata: np.ndarray | None = None) -> np.ndarray:
+    """`n` of `rows`, without replacement; with `strata` (one label per row) every stratum keeps
+    its share of `n` (largest remainders), so a sampled set has the classes of the whole."""
+    if n >= len(rows):
         return rows
-    words = rows[~is_pred]
-    n_words = min(max(max_rows - int(is_pred.sum()), 0), len(words))
-    pick = np.random.default_rng(seed).choice(words, size=n_words, replace=False)
-    return np.sort(np.concatenate([rows[is_pred], pick]))
+    if strata is None:
+        return rng.choice(rows, size=n, replace=False)
+    labels, counts = np.unique(strata, return_counts=True)
+    quota = counts * n / len(rows)
+    take = np.floor(quota).astype(int)
+    take[np.argsort(-(quota - take), kind="stable")[: n - int(take.sum())]] += 1
+    return np.concatenate([rng.choice(rows[strata == c], size=t, replace=False) for c, t in zip(labels, take)])
+
+
+def budget_fit_set(rows: np.ndarray, is_pred: np.ndarray, max_words: int, max_predictions: int, seed: int = 0,
+                   strata: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
+    """The fit set's `rows` (sorted) within two budgets kept apart: at most `max_words` word rows
+    and at most `max_predictions` prediction rows (`is_pred`, one flag per row), each a seeded
+    sample when over its budget; `strata` (one label per row, e.g. the predicted class) keeps
+    the sampled prediction rows stratified. So a data set with many train texts never crowds
+    the word rows out, as one shared cap did. Returns the rows and, per kind, how many rows
+    there were and how many were kept."""
+    rows, is_pred = np.asarray(rows), np.asarray(is_pred, dtype=bool)
+    rng = np.random.default_rng(seed)
+    words, preds = rows[~is_pred], rows[is_pred]
+    kept_words = _sample(words, max_words, rng)
+    kept_preds = _sample(preds, max_predictions, rng, None if strata is None else np.asarray(strata)[is_pred])
+    info = {"word_rows": int(len(words)), "word_rows_kept": int(len(kept_words)),
+            "prediction_rows": int(len(preds)), "prediction_rows_kept": int(len(kept_preds))}
+    return np.sort(np.concatenate([kept_words, kept_preds])), info
 
 
 class _Reader:

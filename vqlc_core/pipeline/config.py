@@ -46,15 +46,19 @@ class DataConfig:
 
 @dataclass
 class FitSetConfig:
-    """Stage `fitset`: the shared rows every method is fitted on (LACOAT's sampling)."""
+    """Stage `fitset`: the rows the methods are fitted on (LACOAT's sampling), word rows and
+    prediction rows budgeted apart."""
 
     max_per_word: int = opt(20, "fit set: at most this many rows per word type")
     min_word_count: int = opt(5, "fit set: word types seen at least this often")
-    fit_max_rows: int = opt(10000, "fit set: at most this many rows in all (LACOAT's memory is 8*N^2 bytes); every "
-                                   "train prediction row is kept and word rows are sampled to fill the rest")
+    fit_max_words: int = opt(10000, "fit set: at most this many word rows (a seeded sample when LACOAT's rule keeps "
+                                    "more); LACOAT clusters them at about 8*N^2 bytes, 0.8 GB at 10,000")
+    fit_max_predictions: int = opt(10000, "fit set: at most this many train prediction rows, one per text (a seeded "
+                                          "sample stratified by predicted class when there are more train texts); "
+                                          "budgeted apart from the word rows, so many texts never crowd them out")
 
     def __post_init__(self):
-        for name in ("max_per_word", "min_word_count", "fit_max_rows"):
+        for name in ("max_per_word", "min_word_count", "fit_max_words", "fit_max_predictions"):
             at_least(self, name, 1)
 
 

@@ -21,7 +21,7 @@ from vqlc_core.data.datasets import load_dataset, split_dataset
 from vqlc_core.data.extract import build_store
 from vqlc_core.data.finetune import finetune
 from vqlc_core.data.models import load_tokenizer
-from vqlc_core.data.store import cap_fit_set, fit_set_rows
+from vqlc_core.data.store import budget_fit_set, fit_set_rows
 from vqlc_core.data.tags import annotate
 from vqlc_core.evaluate.evaluation import evaluate
 from vqlc_core.evaluate.features import write_top
@@ -154,23 +154,43 @@ def stage_annotate(run, name: str) -> dict:
             "tagged_share": known}
 
 
+def _fit_strata(run, tokens, rows: np.ndarray, fs) -> tuple[np.ndarray | None, str | None]:
+    """One class per row of `rows` to stratify a sample of the prediction rows by: each text's
+    predicted class where the classifier is built, else its label; (None, None) when the prediction
+    rows fit their budget and no sample is drawn."""
+    is_pred = tokens["kind"].to_numpy()[rows] == "pred"
+    if int(is_pred.sum()) <= fs.fit_max_predictions:
+        return None, None
+    text_ids = tokens["text_id"].to_numpy()[rows]
+    if run.manifest.is_complete("classifier"):
+        predicted = pd.Series(text_proba(run, run.classifier).argmax(1), index=run.texts["text_id"].to_numpy())
+        return predicted.reindex(text_ids).fillna(-1).to_numpy(), "predicted class"
+    return tokens["label"].to_numpy()[rows], "label"
+
+
 def stage_fitset(run, name: str) -> dict:
+    """The fit set: LACOAT's rule over the train word rows (at most `max_per_word` a type, types
+    seen `min_word_count` times), then word rows and prediction rows each within its own budget."""
     cfg, fs, store = run.cfg, run.cfg.fitset, run.store
     tokens = store.tokens
     train = tokens[tokens["split"] == "train"]
     rows = train.index.to_numpy()[fit_set_rows(train.reset_index(drop=True), fs.max_per_word, fs.min_word_count,
                                                 seed=cfg.seed)]
-    rows = cap_fit_set(rows, tokens["kind"].to_numpy()[rows] == "pred", fs.fit_max_rows, cfg.seed)
+    strata, stratified_by = _fit_strata(run, tokens, rows, fs)
+    rows, kept = budget_fit_set(rows, tokens["kind"].to_numpy()[rows] == "pred", fs.fit_max_words,
+                                fs.fit_max_predictions, cfg.seed, strata)
     if len(rows) < cfg.methods.n_concepts:
         raise RunError(f"The fit set has {len(rows)} rows but {cfg.methods.n_concepts} concepts were requested; "
                        "lower --n-concepts or use more texts.")
     write_npy(run.dir / "fitset.npy", rows.astype(np.int64))
-    n_pred = int((tokens["kind"].to_numpy()[rows] == "pred").sum())
+    n_pred = kept["prediction_rows_kept"]
     m = cfg.methods
-    notes = size_notes(len(rows) - n_pred, n_pred, m.n_concepts, prediction_concept_count(m.prediction_concepts, n_pred))
+    notes = size_notes(len(rows) - n_pred, n_pred, m.n_concepts, prediction_concept_count(m.prediction_concepts, n_pred),
+                       available=(kept["word_rows"], kept["prediction_rows"]))
     for note in notes:  # a small data set: say so, once, in the log (the Build page reads it from the manifest)
         log.warning("[fitset] %s", note)
-    return {"n_rows": int(len(rows)), "n_prediction_rows": n_pred, "size_notes": notes}
+    return {"n_rows": int(len(rows)), "n_prediction_rows": n_pred, "n_word_rows": int(len(rows) - n_pred),
+            "available": kept, "prediction_rows_stratified_by": stratified_by, "size_notes": notes}
 
 
 def concept_set_of(run, name: str, method, rows: np.ndarray, seed: int) -> ConceptSet:
