@@ -86,7 +86,7 @@ def build(cfg: BuildConfig, stages: list[str] | None = None, on_stage: Callable 
         The built `Run`.
 
     Raises:
-        RunError: a mistake in the settings or the data, a device this machine lacks, a
+        RunError: a mistake in the settings or the data, a device the machine lacks, a
             finished stage whose settings changed, or another build of the same run.
 
     Example:

@@ -82,7 +82,7 @@ class Run:
     Args:
         run_dir: the run's folder, `<cache>/runs/<name>`.
         cfg: the settings to build it with; None reads them from its `manifest.json` (the run
-            then uses this machine's device, `$VQLC_DEVICE` or auto).
+            then uses the device of the machine it is opened on, `$VQLC_DEVICE` or auto).
 
     Raises:
         RunError: `run_dir` holds no run, or one written by an incompatible version.
