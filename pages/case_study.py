@@ -11,6 +11,7 @@ import streamlit as st
 
 import vqlc_ui
 from vqlc_core.views import browse, report
+from vqlc_core.views.names import method_concept
 from vqlc_core.views.pins import load_pins, remove_pin
 
 run, _ = vqlc_ui.sidebar(choose_method=False)
@@ -43,13 +44,14 @@ for i, pin in enumerate(pins, 1):
         st.caption(vqlc_ui.plain(report.provenance_line(pin)))
         vqlc_ui.colored_sentence(pin["text"], pin["words"], [w["concept"] for w in pin["words"]], pin["labels"])
         if together := pin.get("ablated"):
-            st.metric(f"Ablated {' + '.join(f'c{k}' for k in together['concepts'])} together: prediction",
+            st.metric(f"Ablated {' + '.join(method_concept(pin['method'], k) for k in together['concepts'])} together: "
+                      "prediction",
                       f"{together['new_prediction']} ({together['new_confidence']:.3f})",
                       delta=f"{together['delta']:+.3f} on '{pin['prediction']}'",
                       help="As the page showed it when it was pinned; the table then gives each concept alone.")
         st.dataframe(report.pins_table([pin]).drop(columns=["pin", *browse.PROVENANCE, "text"]), hide_index=True)
         for k, line in sorted((int(k), v) for k, v in (pin.get("tags") or {}).items()):
-            st.caption(vqlc_ui.plain(f"c{k} tags: {line}"))
+            st.caption(vqlc_ui.plain(f"{method_concept(pin['method'], k)} tags: {line}"))
         cols = st.columns(5)
         for col, (name, draw, fmt, mime) in zip(cols, [
             ("Ablation PNG", report.ablation_figure, "png", "image/png"),

@@ -161,14 +161,15 @@ def test_explain_colours_every_word_and_shows_concept_cards(page):
     explain(page, SENTENCE, "actors")
     spans = sentence(page).locator("span[title]")
     assert spans.count() == len(SENTENCE.split())
-    assert all(re.match(r"c\d+: ", t) for t in [spans.nth(i).get_attribute("title") for i in range(spans.count())])
+    # each concept named per method (Compare shows several methods' concepts side by side)
+    assert all(re.match(r"VQLC \d+: ", t) for t in [spans.nth(i).get_attribute("title") for i in range(spans.count())])
     assert metric_value(page, "Prediction") in ("negative", "positive")
     assert 0.0 < float(metric_value(page, "Confidence")) <= 1.0
     toggles = page.locator('[data-testid="stCheckbox"]').filter(has_text="Ablate")
     assert toggles.count() >= 1, "no concept card with an ablation toggle"
     for i in range(toggles.count()):  # each toggle sits in a card: word cloud | concept label, why, toggle
         card = toggles.nth(i).locator("xpath=ancestor::div[@data-testid='stVerticalBlock'][2]")
-        assert re.match(r"c\d+: ", card.locator("strong").first.inner_text())
+        assert re.match(r"VQLC \d+: ", card.locator("strong").first.inner_text())
         assert card.locator('[data-testid="stImage"] img').count() == 1
 
 
@@ -347,7 +348,7 @@ def test_a_pin_keeps_the_concepts_ablated_together_and_the_case_study_shows_them
     ids = []
     for i in range(2):
         card = toggles.nth(i).locator("xpath=ancestor::div[@data-testid='stVerticalBlock'][2]")
-        ids.append(int(re.match(r"c(\d+): ", card.locator("strong").first.inner_text()).group(1)))
+        ids.append(int(re.match(r"VQLC (\d+): ", card.locator("strong").first.inner_text()).group(1)))
         toggles.nth(i).get_by_text("Ablate").click()
         expect(page.get_by_text(f"Ablated {i + 1}: prediction")).to_be_visible()
         idle(page)
@@ -356,7 +357,7 @@ def test_a_pin_keeps_the_concepts_ablated_together_and_the_case_study_shows_them
     expect(page.get_by_text(re.compile(r"^Pinned: \d+ pins? in the case study\."))).to_be_visible()
     idle(page)
     page.locator('[data-testid="stSidebarNav"] a', has_text="Case study").click()
-    label = f"Ablated {' + '.join(f'c{k}' for k in sorted(ids))} together: prediction"
+    label = f"Ablated {' + '.join(f'VQLC {k}' for k in sorted(ids))} together: prediction"
     expect(page.get_by_text(label)).to_be_visible()
     idle(page)
     assert metric_value(page, label) == on_screen

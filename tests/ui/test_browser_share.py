@@ -90,7 +90,9 @@ def test_a_link_opens_its_concept_and_its_input_in_a_fresh_browser(fresh, server
         assert pg.locator('[data-testid="stTextArea"] textarea').input_value() == SENTENCE
         titles = sentence(pg).locator("span[title]").evaluate_all("spans => spans.map(s => s.title)")
         assert len(titles) == len(SENTENCE.split())
-        assert set(titles) <= {kmeans.label(k) for k in range(kmeans.n_concepts)}  # K-Means' concepts, as linked
+        from vqlc_core.views.names import concept_title
+
+        assert set(titles) <= {concept_title(kmeans, "kmeans", k) for k in range(kmeans.n_concepts)}  # as linked
         assert metric_value(pg, "Prediction") in apptest_run.class_names
         assert same_query(pg.url, f"?run=apptest&method=kmeans&text={SENTENCE}")  # now this page's own link
 
