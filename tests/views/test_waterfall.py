@@ -101,3 +101,12 @@ def test_the_text_plot_colours_each_word_by_its_concepts_score_and_escapes_the_i
     assert "<b>" not in body and "&lt;b&gt;" in body and "&amp;" in body
     assert body.count("<span") == 2 and "rgba(255,0,81,0.850)" in body and "rgba(0,139,251," in body
     assert 'title="VQLC 1: &quot;good&quot;: +0.300"' in body and ">+0.30</sub>" in body
+
+
+def test_the_axis_spans_the_running_total_so_small_bars_stay_readable():
+    m, p = synthetic(9, n=5)
+    lo, hi = waterfall_figure(m, p, "positive").layout.xaxis.range
+    bars = waterfall_bars(m, p)
+    path = np.cumsum([b["value"] for b in bars[:-1]])
+    assert lo <= min(path.min(), p) and hi >= max(path.max(), p)
+    assert hi - lo <= 1.3 * max(path.max() - path.min(), p - path.min(), 0.02) + 1e-9

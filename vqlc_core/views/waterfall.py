@@ -97,9 +97,22 @@ def waterfall_figure(m, confidence: float, prediction: str, top: int = TOP, name
         increasing={"marker": {"color": SUPPORTS}}, decreasing={"marker": {"color": OPPOSES}},
         totals={"marker": {"color": TOTAL}}, connector={"line": {"color": "#bbbbbb", "width": 1}}))
     fig.update_yaxes(autorange="reversed", automargin=True)
-    fig.update_xaxes(title_text=f"p({prediction})")
+    fig.update_xaxes(title_text=f"p({prediction})", range=zoomed_range(bars))
     return fig.update_layout(height=height or 90 + 28 * len(bars), margin={"l": 10, "r": 10, "t": 10, "b": 40},
                              showlegend=False)
+
+
+def zoomed_range(bars: list[dict], pad: float = 0.12, least: float = 0.02) -> list[float]:
+    """The x range a waterfall is drawn over, as SHAP draws one: the span its running total
+    covers (from the base to p(x)), widened by `pad` of it on each side (at least `least` wide),
+    so small bars stay readable; the base and p(x) bars run on past its left edge."""
+    at, path = 0.0, []
+    for b in bars:
+        at = b["value"] if b["measure"] != "relative" else at + b["value"]
+        path.append(at)
+    lo, hi = min(path), max(path)
+    span = max(hi - lo, least)
+    return [max(lo - pad * span, 0.0) if lo >= 0 else lo - pad * span, hi + pad * span]
 
 
 def bars_total(fig: go.Figure) -> float:
