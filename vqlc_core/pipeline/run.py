@@ -408,7 +408,6 @@ def list_runs(cache_dir: str | Path | None = None, usable: bool = False) -> list
 
     Example:
         >>> [p.name for p in vq.list_runs()]
-        ['decoder', 'default']
     """
     root = Path(cache_dir if cache_dir is not None else cache_dir_default()) / "runs"
     runs = sorted(p for p in root.iterdir() if (p / "manifest.json").exists()) if root.exists() else []
