@@ -66,8 +66,8 @@ def sentence(run: Run, ex: dict, method: str, text: str, colour: str) -> None:
 def how_scored(m: dict) -> str:
     """One phrase: how the record's scores were computed (Shapley or single removal, where)."""
     where = INTERVENTIONS.get(m.get("intervention") or "global", m.get("intervention"))
-    what = "Shapley value" if m.get("shapley") else "drop when the concept alone is removed"
-    return f"{what}, removed {where}"
+    what = "Shapley value of removing the concepts" if m.get("shapley") else "the drop when the concept alone is removed"
+    return f"{what} {where}"
 
 
 def additive_view(ex: dict, method: str, key: str, top: int = waterfall.TOP, label_width: int = 42) -> bool:

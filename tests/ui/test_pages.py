@@ -132,6 +132,15 @@ def test_explain_switches_to_the_global_intervention_and_to_colouring_by_score(c
     rendered(at, "explain (global, by score)")
     (body,) = html_bodies(at)
     assert "rgba(" in body and body.count("<span title=") == len(SENTENCE.split())
+    said = "the drop when the concept alone is removed at every position (the faithfulness tables' intervention)"
+    assert any(c.value.startswith(f"Score: {said}") for c in at.caption)
+    next(t for t in at.toggle if t.label == "Shapley values").set_value(True)
+    rendered(at, "explain (global, Shapley)")
+    assert any(c.value.startswith("Score: Shapley value of removing the concepts at every position") for c in at.caption)
+    (fall,) = [s for s in plotly_specs(at) if s["data"][0]["type"] == "waterfall"]
+    bars = fall["data"][0]
+    total = sum(x for x, how in zip(bars["x"], bars["measure"]) if how != "total")
+    assert total == pytest.approx(float(metric(at, "Confidence").value), abs=1e-3)  # Shapley values add up too
 
 
 @pytest.mark.slow
