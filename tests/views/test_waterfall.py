@@ -110,3 +110,15 @@ def test_the_axis_spans_the_running_total_so_small_bars_stay_readable():
     path = np.cumsum([b["value"] for b in bars[:-1]])
     assert lo <= min(path.min(), p) and hi >= max(path.max(), p)
     assert hi - lo <= 1.3 * max(path.max() - path.min(), p - path.min(), 0.02) + 1e-9
+
+
+@pytest.mark.slow
+def test_on_fifty_real_sentences_every_methods_waterfall_adds_up_to_the_prediction(apptest_run):
+    texts = apptest_run.texts
+    sentences = texts.loc[texts["split"] != "train", "text"].head(50).tolist()  # held-out sentences
+    assert len(sentences) == 50
+    explanations = apptest_run.explainer().explain_many(sentences)
+    for ex in explanations:
+        for name, m in ex.methods.items():
+            assert bars_total(waterfall_figure(m, ex.confidence, ex.prediction)) == pytest.approx(ex.confidence,
+                                                                                                  abs=1e-6), name
