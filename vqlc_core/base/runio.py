@@ -26,7 +26,7 @@ class RunError(ValueError):
     says what was wrong and what to do. The command line prints it and the pages show it, never a
     traceback; a bad value is a ValueError, so `except ValueError` catches it too.
 
-    Example:
+    Examples:
         >>> try:
         ...     vq.open_run("no-such-run")
         ... except vq.RunError as e:

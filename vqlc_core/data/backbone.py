@@ -222,7 +222,7 @@ def capture(backbone: Backbone, layer: int, stop: bool = False) -> Iterator[dict
     Yields:
         A dict that holds, after a forward pass, the block's output under "h" (on the CPU).
 
-    Example:
+    Examples:
         >>> with vq.capture(run.backbone, run.layer, stop=True) as got:
         ...     run.backbone.model(**inputs)
         >>> got["h"].shape  # (batch, tokens, d)

@@ -30,7 +30,7 @@ def is_hub_name(spec: str) -> bool:
         True for an `org/name` string that is neither a preset nor a path that exists, nor a
         path-like string (starting with `/`, `.` or `~`, or ending in `.gguf`).
 
-    Example:
+    Examples:
         >>> is_hub_name("meta-llama/Llama-3.2-1B"), is_hub_name("minilm")
         (True, False)
     """

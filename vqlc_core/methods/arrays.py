@@ -29,7 +29,7 @@ def concepts_of(method, X, words, labels=None, class_names=None, texts=None) -> 
     Returns:
         The `ConceptSet` of the rows.
 
-    Example:
+    Examples:
         >>> km = vq.KMeansConcepts(n_concepts=8).fit(X)
         >>> vq.concepts_of(km, X, words).summary[["size", "top_words"]].head()
     """

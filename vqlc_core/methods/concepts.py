@@ -143,7 +143,7 @@ class ConceptSet:
         predicted_counts (dict): a prediction concept's train members by the model's predicted
             class.
 
-    Example:
+    Examples:
         >>> cs = vq.open_run("default").concepts("vqlc")
         >>> [(c.id, c.top_words[:3]) for c in list(cs)[:2]]
     """

@@ -52,7 +52,7 @@ class KMeansConcepts(ConceptMethod):
         cluster_centers_ (ndarray of shape (n_concepts, d)): the code book, after `fit`.
         temperature_ (float): the softmax temperature of `predict_proba`, after `fit`.
 
-    Example:
+    Examples:
         >>> X = np.random.default_rng(0).normal(size=(500, 16)).astype("float32")
         >>> vq.KMeansConcepts(n_concepts=8).fit(X).predict(X).shape
         (500,)

@@ -173,7 +173,7 @@ class LACOAT(ConceptMethod):
     Raises:
         MemoryBudgetError: from `fit`, when clustering the fit rows would exceed the budget.
 
-    Example:
+    Examples:
         >>> X = np.random.default_rng(0).normal(size=(300, 16)).astype("float32")
         >>> vq.LACOAT(n_concepts=8).fit(X).predict(X).shape
         (300,)

@@ -39,7 +39,7 @@ class Concept:
         vector (ndarray of shape (d,)): its vector in the model's hidden space.
         examples (list of (int, int)): `(text_id, word_index)` of sampled train members.
 
-    Example:
+    Examples:
         >>> c = vq.open_run("default").concepts("vqlc").concept(3)
         >>> c.label, c.size, c.top_words[:3]
     """

@@ -42,7 +42,7 @@ PREDICTION_CONCEPTS = 20
 def method_names() -> tuple[str, ...]:
     """Every registered method's name, in registry order.
 
-    Example:
+    Examples:
         >>> vq.method_names()
         ('vqlc', 'kmeans', 'lacoat', 'sae')
     """
@@ -58,7 +58,7 @@ def method_class(name: str) -> type:
     Raises:
         RunError: no method is registered under `name`.
 
-    Example:
+    Examples:
         >>> vq.method_class("kmeans").display_name
         'K-Means'
     """

@@ -89,7 +89,7 @@ def build(cfg: BuildConfig, stages: list[str] | None = None, on_stage: Callable 
         RunError: a mistake in the settings or the data, a device the machine lacks, a
             finished stage whose settings changed, or another build of the same run.
 
-    Example:
+    Examples:
         >>> run = vq.build(vq.preset("default", run="small", limit=300, n_concepts=20))
     """
     check_run_name(cfg.run)

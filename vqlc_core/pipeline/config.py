@@ -156,7 +156,7 @@ class BuildConfig:
         methods (MethodsConfig): which concept methods, K, and each method's options.
         eval (EvalConfig): the evaluation's sentences and controls (stage `evaluate`).
 
-    Example:
+    Examples:
         >>> cfg = vq.preset("default", run="mine", n_concepts=200)
         >>> cfg.run_dir
         PosixPath('cache/runs/mine')
@@ -307,7 +307,7 @@ def preset(name: str, **overrides) -> BuildConfig:
     Raises:
         RunError: the preset is unknown, or a setting is out of range.
 
-    Example:
+    Examples:
         >>> vq.preset("decoder", run="small", limit=300).extract.model
         'smollm2-135m'
     """

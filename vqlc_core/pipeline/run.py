@@ -92,7 +92,7 @@ class Run:
         manifest (Manifest): its `manifest.json`: settings, versions and the state of each stage.
         cfg (BuildConfig): the settings it was built with.
 
-    Example:
+    Examples:
         >>> run = vq.open_run("default")
         >>> run.methods_built(), run.class_names
         (['vqlc', 'kmeans', 'lacoat'], ['negative', 'positive'])
@@ -197,7 +197,7 @@ class Run:
         Raises:
             RunError: a named method is not built in this run.
 
-        Example:
+        Examples:
             >>> ex = run.explainer(methods=("vqlc",)).explain("a gorgeous, witty film")
             >>> ex.prediction
             'positive'
@@ -267,7 +267,7 @@ class Run:
         Returns:
             The `ConceptSet`: every concept's members, vector, top words and purity.
 
-        Example:
+        Examples:
             >>> cs = run.concepts("vqlc")
             >>> cs.summary.head(3)[["concept", "size", "top_words"]]
         """
@@ -370,7 +370,7 @@ def open_run(name_or_path: str | Path, cache_dir: str | Path | None = None) -> R
     Raises:
         RunError: there is no such run; the sentence lists the runs there are.
 
-    Example:
+    Examples:
         >>> import vqlc_core as vq
         >>> run = vq.open_run("default")
         >>> run.explainer(methods=("vqlc",)).explain("a gorgeous, witty film").prediction
@@ -406,7 +406,7 @@ def list_runs(cache_dir: str | Path | None = None, usable: bool = False) -> list
     Returns:
         Their paths (folders with a `manifest.json`); `open_run` opens one.
 
-    Example:
+    Examples:
         >>> [p.name for p in vq.list_runs()]
     """
     root = Path(cache_dir if cache_dir is not None else cache_dir_default()) / "runs"
