@@ -12,6 +12,10 @@ from vqlc_core.views.waterfall import (OPPOSES, SUPPORTS, bars_total, score_colo
                                        waterfall_bars, waterfall_figure)
 
 
+def fig_names(m, p) -> list[str]:
+    return list(waterfall_figure(m, p, "positive").data[0].y)
+
+
 def synthetic(seed: int, n: int | None = None, shapley: bool = False) -> tuple[dict, float]:
     """A method's explanation as the pages hold it: p(x), a base, n word concepts with scores."""
     rng = np.random.default_rng(seed)
@@ -81,7 +85,8 @@ def test_an_older_records_prediction_concept_is_no_bar():
 def test_sampled_shapley_values_carry_their_standard_error_on_the_bar():
     m, p = synthetic(7, n=3, shapley=True)
     text = waterfall_figure(m, p, "positive").data[0].text
-    assert all("±" in t for t in text[1:4]) and "±" not in text[0] and "±" not in text[-1]
+    assert all("±" in t for t in text[1:4]) and text[0] == text[-1] == ""  # the base and p(x) read on the axis
+    assert fig_names(m, p)[0] == f"all concepts removed {m['base']:.3f}" and fig_names(m, p)[-1] == f"p(positive) {p:.3f}"
     exact, _ = synthetic(7, n=3)
     assert not any("±" in t for t in waterfall_figure(exact, p, "positive").data[0].text)
 

@@ -87,18 +87,19 @@ def waterfall_figure(m, confidence: float, prediction: str, top: int = TOP, name
             n += " "
         seen.add(n)
         names.append(n)
-    names[-1] = f"p({prediction})"
-    text = [f"{b['value']:.3f}" if b["measure"] != "relative" else
+    # the base and p(x) read on the axis: their bars run on past its left edge (`zoomed_range`)
+    names[0], names[-1] = f"all concepts removed {bars[0]['value']:.3f}", f"p({prediction}) {bars[-1]['value']:.3f}"
+    text = ["" if b["measure"] != "relative" else
             f"{b['value']:+.3f}" + (f" ± {b['stderr']:.3f}" if b["stderr"] > 0 else "") for b in bars]
     fig = go.Figure(go.Waterfall(
         orientation="h", measure=[b["measure"] for b in bars], y=names, x=[b["value"] for b in bars],
-        text=text, textposition="auto", customdata=[html.escape(b["hover"]) for b in bars],
+        text=text, textposition="auto", cliponaxis=False, customdata=[html.escape(b["hover"]) for b in bars],
         hovertemplate="%{customdata}<br>%{x:+.3f}<extra></extra>",
         increasing={"marker": {"color": SUPPORTS}}, decreasing={"marker": {"color": OPPOSES}},
         totals={"marker": {"color": TOTAL}}, connector={"line": {"color": "#bbbbbb", "width": 1}}))
     fig.update_yaxes(autorange="reversed", automargin=True)
     fig.update_xaxes(title_text=f"p({prediction})", range=zoomed_range(bars))
-    return fig.update_layout(height=height or 90 + 28 * len(bars), margin={"l": 10, "r": 10, "t": 10, "b": 40},
+    return fig.update_layout(height=height or 90 + 28 * len(bars), margin={"l": 10, "r": 40, "t": 10, "b": 40},
                              showlegend=False)
 
 
