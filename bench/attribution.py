@@ -1,9 +1,21 @@
-"""Concept attribution on built runs: per method, over seeded faithfulness test sentences, the
-interaction share of the exact single-concept ablations, AOPC of the deletion curve in attribution
-order against random order and against the Integrated-Gradients word order, and the within-sentence
-Spearman of IG-word-sum and attribution-patching (AtP) scores against the exact single ablation;
-optionally the latency of one 40-word explanation. Writes bench/results/attribution_<run>.json per
-run and docs/results/attribution.md from every stored one (this script alone writes that page).
+"""Concept attribution on built runs, local against global intervention: per method, over seeded
+faithfulness test sentences, for each intervention (local: a concept removed at its words' tokens;
+global: at every position, as the faithfulness tables):
+
+- flips: the share of sentences where removing one concept alone changes the predicted class;
+- Σ singles / joint (median over sentences whose joint drop is at least 0.01) and the
+  interaction share;
+- deletion AOPC under each intervention for the local order, the global order and a random order;
+- on polarity runs, agreement with an independent sentiment lexicon (VADER's, shipped by the
+  `vadersentiment` wheel; an instrument only, never part of an explanation): where a strong word
+  (|valence| >= 1.5) agrees with the prediction, whether the strongest such word's concept is in
+  the top 3 (against the expected share of a random order), and the share of strong words of the
+  opposite sign whose concept is listed as supporting the prediction (score > 0.02);
+- Shapley values: 32 antithetic orders against exact Shapley on sentences of 4 to 10 concepts
+  (mean absolute error), and how often the Shapley top concept is the single-removal one.
+Every figure has a 95% bootstrap interval over sentences. Optionally the latency of one 40-word
+explanation. Writes bench/results/attribution_<run>.json per run and docs/results/attribution.md
+from every stored one (this script alone writes that page).
 
 Usage: python bench/attribution.py --runs default decoder [--n 200] [--latency]
        python bench/attribution.py --page     (the page from the stored results only)
@@ -39,61 +51,144 @@ def boot(x, f=np.median, n=1000, seed=0) -> list[float]:
     return [float(f(x)), *map(float, np.percentile([f(x[i]) for i in r], [2.5, 97.5]))]
 
 
-def explain_latency(ex, run) -> dict:
-    """p50 and p95 of 20 explanations of 40 words (every method, the cache cleared before each)."""
+def explain_latency(ex, run, n: int = 20) -> dict:
+    """p50 and p95 (ms) of `n` explanations of 40 words as the Explain page asks for them (the
+    attribution of VQLC alone, local), the cache cleared before each; without and with Shapley."""
     from vqlc_core.evaluate.evaluation import faithfulness_sentences
 
-    lat = []
-    for t in faithfulness_sentences(run.texts, 60, 1)[:20]:
-        ex._cache.clear()
-        s = time.perf_counter()
-        ex.explain(" ".join(((t + " ") * 3).split()[:40]))
-        lat.append(time.perf_counter() - s)
-    return {"p50": round(1000 * float(np.median(lat)), 1), "p95": round(1000 * float(np.percentile(lat, 95)), 1),
-            "n": len(lat)}
+    method = "vqlc" if "vqlc" in ex.methods else next(iter(ex.methods))
+    out = {}
+    for shap in (False, True):
+        lat = []
+        for t in faithfulness_sentences(run.texts, 3 * n, 1)[:n]:
+            ex._cache.clear()
+            s = time.perf_counter()
+            ex.explain(" ".join(((t + " ") * 3).split()[:40]), attribute=[method], shapley=shap)
+            lat.append(time.perf_counter() - s)
+        out["shapley" if shap else "single"] = {"p50": round(1000 * float(np.median(lat)), 1),
+                                                "p95": round(1000 * float(np.percentile(lat, 95)), 1), "n": len(lat)}
+    return out
+
+
+STRONG = 1.5  # |valence| of a strong lexicon word
+SUPPORT = 0.02  # a score above which a concept is listed as supporting the prediction
+
+
+def lexicon() -> dict[str, float]:
+    """VADER's word valences (an instrument: never part of an explanation)."""
+    from vaderSentiment.vaderSentiment import SentimentIntensityAnalyzer
+
+    return dict(SentimentIntensityAnalyzer().lexicon)
+
+
+def curve(ex, p, m: str, order: list[int], word_ids, how: str, pred: int) -> np.ndarray:
+    """p(predicted class) as the top-1, top-2, ... concepts of `order` are removed under `how`."""
+    from vqlc_core.explain.contributions import Removal, removal_proba
+
+    rem = Removal(ex, p, m, word_ids, how)
+    return removal_proba(ex, [rem] * len(order), [order[: k + 1] for k in range(len(order))])[:, pred]
+
+
+def shapley_error(ex, p, m: str, word_ids, e) -> tuple[float, bool] | None:
+    """Mean absolute error of 32 antithetic orders against exact Shapley, and whether the top
+    concepts of Shapley and of single removals agree, on one sentence of 4..10 concepts."""
+    from vqlc_core.explain import shapley as shap
+    from vqlc_core.explain.contributions import Removal, removal_proba
+
+    present = list(dict.fromkeys(word_ids))
+    if not 4 <= len(present) <= shap.EXACT_MAX:
+        return None
+    rem = Removal(ex, p, m, word_ids, "local")
+    coal = shap.all_coalitions(len(present))
+    pr = removal_proba(ex, [rem] * len(coal), [[present[i] for i in c] for c in coal])[:, e.predicted_index]
+    value = {c: e.confidence - float(x) for c, x in zip(coal, pr)}
+    exact = shap.exact_shapley(len(present), value)
+    est, _ = shap.sampled_shapley(len(present), shap.antithetic_orders(len(present), shap.PERMUTATIONS, 0), value)
+    singles = np.array([value[(i,)] for i in range(len(present))])
+    return float(np.abs(est - exact).mean()), bool(np.argmax(exact) == np.argmax(singles))
 
 
 def measure(name: str, n: int, latency: bool) -> dict:
     """The attribution's checks on run `name` over `n` seeded faithfulness sentences."""
     import torch
-    from scipy.stats import spearmanr
 
     import vqlc_core as vq
     from vqlc_core.evaluate.evaluation import faithfulness_sentences
-    from vqlc_core.explain.contributions import aopc, patching_scores, removal_proba, word_order_scores
+    from vqlc_core.explain.contributions import aopc
 
     torch.set_num_threads(1)
     run = vq.open_run(name)
     ex = run.explainer({m: (run.method(m), run.concept_set(m)) for m in run.methods_built()})
     texts = faithfulness_sentences(run.texts, n, run.cfg.seed)
+    names = [c.lower() for c in run.class_names]
+    polarity = sorted(names) == ["negative", "positive"]
+    lex = lexicon() if polarity else {}
     rows = {m: [] for m in ex.methods}
     t0 = time.perf_counter()
     for i, t in enumerate(texts):
-        e = ex.explain(t)
+        got = {how: ex.explain(t, intervention=how) for how in ("local", "global")}
         p = ex._pass(t)
-        for m, me in e.methods.items():
-            ids = [r.concept for r in me.contributions]
-            sc = np.array([r.score for r in me.contributions])
+        for m in ex.methods:
+            loc, glo = got["local"].methods[m], got["global"].methods[m]
+            e = got["local"]
+            pred, p0 = e.predicted_index, e.confidence
+            ids = [r.concept for r in loc.contributions]
             rng = np.random.default_rng([run.cfg.seed, i])
-            perms = [list(rng.permutation(ids)) for _ in range(3)]
-            ig = word_order_scores(me.word_concepts, ids, e.attributions)
-            ig_order = [ids[j] for j in np.argsort(-ig, kind="stable")]
-            asks = [(0, m, o[: k + 1]) for o in perms + [ig_order] for k in range(len(o))]
-            pr = removal_proba(ex, [p], asks)[:, e.predicted_index].reshape(4, len(ids))
-            atp = patching_scores(ex, p, e.predicted_index, m, ids)
-            ok = len(ids) >= 3
-            rows[m].append({"interaction": me.interaction, "aopc": aopc(e.confidence, me.deletion),
-                            "aopc_random": float(np.mean([aopc(e.confidence, c) for c in pr[:3]])),
-                            "aopc_ig": aopc(e.confidence, pr[3]),
-                            "rho_ig": spearmanr(ig, sc)[0] if ok else np.nan,
-                            "rho_atp": spearmanr(atp, sc)[0] if ok else np.nan})
-    out = {"run": name, "n": len(texts), "seconds": round(time.perf_counter() - t0, 1), "methods": {}}
+            rand = list(rng.permutation(ids))
+            orders = {"local": ids, "global": [r.concept for r in glo.contributions], "random": rand}
+            row = {}
+            for how, me in (("local", loc), ("global", glo)):
+                sc = np.array([r.score for r in me.contributions])
+                row[f"{how}_flip"] = float(any(r.ablated_prediction != e.prediction for r in me.contributions))
+                row[f"{how}_ratio"] = float(sc.sum() / me.joint) if abs(me.joint) >= 0.01 else np.nan
+                row[f"{how}_interaction"] = me.interaction
+                for o, order in orders.items():
+                    c = me.deletion if o == how else curve(ex, p, m, order, loc.word_concepts, how, pred)
+                    row[f"{how}_aopc_{o}"] = aopc(p0, c)
+                if polarity:
+                    sign = 1 if names[pred] == "positive" else -1
+                    top3 = {r.concept for r in me.contributions[:3]}
+                    score = {r.concept: r.score for r in me.contributions}
+                    val = [lex.get(w.word.lower(), 0.0) for w in e.words]
+                    agree = [j for j, v in enumerate(val) if abs(v) >= STRONG and np.sign(v) == sign]
+                    if agree:
+                        j = max(agree, key=lambda j: abs(val[j]))
+                        row[f"{how}_lex_top3"] = float(loc.word_concepts[j] in top3)
+                        row["lex_top3_random"] = min(3, len(ids)) / len(ids)
+                    opposite = [j for j, v in enumerate(val) if abs(v) >= STRONG and np.sign(v) == -sign]
+                    row[f"{how}_lex_opposite"] = [float(score[loc.word_concepts[j]] > SUPPORT) for j in opposite]
+            if i < 40:
+                se = shapley_error(ex, p, m, loc.word_concepts, e)
+                if se is not None:
+                    row["shapley_mae"], row["shapley_same_top"] = se
+            rows[m].append(row)
+    out = {"run": name, "n": len(texts), "seconds": round(time.perf_counter() - t0, 1), "polarity": polarity,
+           "methods": {}}
     for m, r in rows.items():
-        get = lambda k: [x[k] for x in r]  # noqa: E731
-        out["methods"][m] = {"interaction_median": boot(get("interaction")), "rho_ig_median": boot(get("rho_ig")),
-                             "rho_atp_median": boot(get("rho_atp")), "aopc_mean": float(np.mean(get("aopc"))),
-                             "aopc_minus_random": boot(np.subtract(get("aopc"), get("aopc_random")), np.mean),
-                             "aopc_minus_ig": boot(np.subtract(get("aopc"), get("aopc_ig")), np.mean)}
+        get = lambda k: [x[k] for x in r if k in x]  # noqa: E731
+        res = {}
+        for how in ("local", "global"):
+            res[how] = {"flip_share": boot(get(f"{how}_flip"), np.mean),
+                        "singles_over_joint_median": boot(get(f"{how}_ratio")),
+                        "interaction_median": boot(get(f"{how}_interaction")),
+                        **{f"aopc_{o}": boot(get(f"{how}_aopc_{o}"), np.mean) for o in ("local", "global", "random")},
+                        "aopc_local_minus_global": boot(np.subtract(get(f"{how}_aopc_local"),
+                                                                    get(f"{how}_aopc_global")), np.mean),
+                        "aopc_minus_random": boot(np.subtract(get(f"{how}_aopc_{how}"),
+                                                              get(f"{how}_aopc_random")), np.mean)}
+            if polarity:
+                res[how]["lexicon_top3"] = boot(get(f"{how}_lex_top3"), np.mean)
+                res[how]["lexicon_opposite_supporting"] = boot([v for x in get(f"{how}_lex_opposite") for v in x],
+                                                               np.mean)
+                res[how]["n_lexicon_sentences"] = len(get(f"{how}_lex_top3"))
+        if polarity:
+            res["lexicon_top3_random"] = boot(get("lex_top3_random"), np.mean)
+            res["lexicon_top3_local_minus_global"] = boot(np.subtract(get("local_lex_top3"), get("global_lex_top3")),
+                                                          np.mean)
+        if get("shapley_mae"):
+            res["shapley"] = {"mae": boot(get("shapley_mae"), np.mean), "same_top": boot(get("shapley_same_top"), np.mean),
+                              "n": len(get("shapley_mae"))}
+        out["methods"][m] = res
     if latency:
         out["latency_ms"] = explain_latency(ex, run)
     return out
@@ -102,34 +197,64 @@ def measure(name: str, n: int, latency: bool) -> dict:
 def page() -> str:
     """docs/results/attribution.md from every stored bench/results/attribution_<run>.json."""
     f = lambda v: f"{v[0]:.3f} [{v[1]:.3f}, {v[2]:.3f}]"  # noqa: E731
+    pc = lambda v: f"{100 * v[0]:.0f}% [{100 * v[1]:.0f}, {100 * v[2]:.0f}]"  # noqa: E731
     lines = ["# Concept attribution of a prediction", "",
-             "Written by `bench/attribution.py` from its stored results. The score of a concept is its exact single "
-             "ablation: p(predicted class) minus that probability with the concept's centred direction projected out of "
-             "layer l at every position (what its Ablate toggle shows). Because it is an intervention, the check is the "
-             "interaction share |joint - sum of singles| / (|joint| + sum of |singles|), joint being the drop with all "
-             "of the input's concepts removed together. AOPC: mean over k of p0 - p_k as the top-k concepts are removed "
-             "together; \"random\" is the mean of 3 seeded random orders, \"IG order\" ranks concepts by the sum of "
-             "their words' Integrated-Gradients scores. Spearman is within a sentence (sentences with 3 or more "
-             "concepts), against the exact single ablation. Medians (interaction, Spearman) or means (AOPC "
-             "differences) with 95% bootstrap intervals over sentences.", ""]
+             "Written by `bench/attribution.py` from its stored results. A concept's score is the drop in p(predicted "
+             "class) when the concept is removed, under one of two interventions: **local** (the explanation's: the "
+             "concept's centred direction projected out only at the tokens of the input's words assigned to it) or "
+             "**global** (projected out at every position, as the faithfulness tables do). The Explain page, its "
+             "toggles and `Explainer.explain` use the local one unless asked otherwise.", "",
+             "- *one concept flips*: share of sentences where removing a single concept changes the predicted class.",
+             "- *Σ singles / joint*: the sum of the single scores over the drop with all of the input's concepts "
+             "removed together (median over sentences whose joint drop is at least 0.01); 1 when they add up.",
+             "- *interaction share*: |joint − Σ singles| / (|joint| + Σ |singles|), median.",
+             "- *AOPC*: mean over k of p0 − p_k as the top-k concepts of an order are removed together, under the "
+             "column's intervention, for the local order, the global order and a seeded random order.",
+             "- *lexicon*: VADER's lexicon (an instrument only): where a strong word (|valence| ≥ 1.5) agrees with "
+             "the prediction, whether the strongest one's concept is in the top 3 (random order: the expected share); "
+             "and the share of strong opposite-sign words whose concept is listed as supporting (score > 0.02).",
+             "- *Shapley*: 32 antithetic orders against exact Shapley values (sentences of 4 to 10 concepts among the "
+             "first 40), local intervention.", "",
+             "Means or medians with 95% bootstrap intervals over sentences; one concept set per method (the run's "
+             "first seed).", ""]
     for path in sorted(RESULTS.glob("attribution_*.json")):
         got = json.loads(path.read_text())
-        prov = got.get("checks_provenance", got.get("provenance", {}))
+        if "local" not in next(iter(got["methods"].values())):
+            continue  # a result of the earlier, global-only bench
+        prov = got.get("provenance", {})
         lines += [f"## `{got['run']}`", "",
-                  f"`{prov.get('command', '?')}` at {prov.get('commit', '?')}, {prov.get('date', '?')}, on "
-                  f"{prov.get('machine', '?')}: {got['n']} sentences, {got['seconds']:.0f} s.", "",
-                  "| method | interaction share (median) | Spearman IG-sum vs ablation | Spearman AtP vs ablation | AOPC | "
-                  "AOPC minus random order | AOPC minus IG order |", "|---|---|---|---|---|---|---|"]
+                  f"`{prov.get('command', '?')}` at {prov.get('commit', '?')}, {prov.get('date', '?')}: {got['n']} "
+                  f"sentences, {got['seconds']:.0f} s.", "",
+                  "| method | intervention | one concept flips | Σ singles / joint | interaction share | AOPC, local order "
+                  "| AOPC, global order | AOPC, random order |" + (" lexicon word's concept in top 3 | opposite-sign "
+                                                                     "word listed as supporting |" if got["polarity"] else ""),
+                  "|---|---|---|---|---|---|---|---|" + ("---|---|" if got["polarity"] else "")]
         for m, r in got["methods"].items():
-            lines.append(f"| {NAMES.get(m, m)} | {f(r['interaction_median'])} | {f(r['rho_ig_median'])} | "
-                         f"{f(r['rho_atp_median'])} | {r['aopc_mean']:.3f} | {f(r['aopc_minus_random'])} | "
-                         f"{f(r['aopc_minus_ig'])} |")
+            for how in ("local", "global"):
+                x = r[how]
+                lines.append(f"| {NAMES.get(m, m)} | {how} | {pc(x['flip_share'])} | {f(x['singles_over_joint_median'])} "
+                             f"| {f(x['interaction_median'])} | {f(x['aopc_local'])} | {f(x['aopc_global'])} | "
+                             f"{f(x['aopc_random'])} |" + (f" {pc(x['lexicon_top3'])} | "
+                                                           f"{pc(x['lexicon_opposite_supporting'])} |"
+                                                           if got["polarity"] else ""))
+        if got["polarity"]:
+            lines += ["", "Lexicon, random order (expected share in the top 3): " + ", ".join(
+                f"{NAMES.get(m, m)} {pc(r['lexicon_top3_random'])}" for m, r in got["methods"].items())
+                + "; local minus global, paired: " + ", ".join(
+                f"{NAMES.get(m, m)} {100 * r['lexicon_top3_local_minus_global'][0]:+.0f} points "
+                f"[{100 * r['lexicon_top3_local_minus_global'][1]:+.0f}, {100 * r['lexicon_top3_local_minus_global'][2]:+.0f}]"
+                for m, r in got["methods"].items()) + f" ({r['local']['n_lexicon_sentences']} sentences)."]
+        shap = {m: r["shapley"] for m, r in got["methods"].items() if "shapley" in r}
+        if shap:
+            lines += ["", "Shapley, 32 antithetic orders against exact: " + ", ".join(
+                f"{NAMES.get(m, m)} mean absolute error {f(v['mae'])}, same top concept as single removals "
+                f"{pc(v['same_top'])} (n = {v['n']})" for m, v in shap.items()) + "."]
         if "latency_ms" in got:
             lat = got["latency_ms"]
-            when = got.get("provenance", {})
-            lines += ["", f"One 40-word explanation with the attribution, three methods, cache cleared: p50 "
-                      f"{lat['p50']:.0f} ms, p95 {lat['p95']:.0f} ms (n = {lat['n']}; `{when.get('command', '?')}` at "
-                      f"{when.get('commit', '?')}, {when.get('date', '?')})."]
+            lines += ["", f"One 40-word explanation as the Explain page asks (VQLC's attribution, local, cache "
+                      f"cleared): p50 {lat['single']['p50']:.0f} ms, p95 {lat['single']['p95']:.0f} ms; with Shapley "
+                      f"values p50 {lat['shapley']['p50']:.0f} ms, p95 {lat['shapley']['p95']:.0f} ms (n = "
+                      f"{lat['single']['n']})."]
         lines.append("")
     return "\n".join(lines).rstrip("\n") + "\n"
 

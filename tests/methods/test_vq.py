@@ -249,3 +249,17 @@ def test_row_normalisation_gives_every_row_norm_sqrt_d_and_denormalize_undoes_it
     assert torch.allclose(model.denormalize(h, x), x, atol=1e-5)
     with pytest.raises(ValueError, match="needs the raw rows"):
         model.denormalize(h)
+
+
+def test_a_kmeans_start_seeds_the_dense_centre_and_lowers_the_error_of_kmeans_plus_plus_seeds():
+    """The default start: a short k-means of the rows. Its codes seed the dense centre that holds
+    91% of the rows (farthest-first leaves it without), and their quantisation error is below
+    that of the k-means++ seeds it starts from."""
+    from vqlc_core.methods.vq import init_codes
+
+    x = _dense_centre_and_shell()
+    codes = {how: init_codes(x, 40, how, seed=0) for how in ("kmeans++", "kmeans")}
+    error = {how: float(squared_distances(x, c).min(1).values.mean()) for how, c in codes.items()}
+    assert int((codes["kmeans"].norm(dim=1) < 3).sum()) >= 5
+    assert error["kmeans"] < error["kmeans++"]
+    assert torch.equal(init_codes(x, 40, "kmeans", seed=3), init_codes(x, 40, "kmeans", seed=3))

@@ -14,7 +14,8 @@ from torch import nn
 from vqlc_core.base.distributed import collectives, rank as distributed_rank
 from vqlc_core.base.runio import RunError
 
-INITS = ("farthest_first", "kmeans++")
+INITS = ("farthest_first", "kmeans++", "kmeans")
+KMEANS_INIT_ITERS = 10  # Lloyd iterations of the "kmeans" initialisation after its k-means++ seeding
 RESEEDS = ("largest_error", "random")
 
 
@@ -86,11 +87,27 @@ def kmeans_plus_plus(x: torch.Tensor, k: int, seed: int = 0) -> torch.Tensor:
     return torch.as_tensor(centers, dtype=x.dtype, device=x.device)
 
 
+def kmeans_codes(x: torch.Tensor, k: int, seed: int = 0, max_iter: int = KMEANS_INIT_ITERS) -> torch.Tensor:
+    """k codes from a short k-means of the rows of x (N, d), in float32 (scikit-learn's `KMeans`:
+    k-means++ seeding, one run, at most `max_iter` Lloyd iterations). The codebook initialisation
+    of SoundStream and VQGAN-LC: the codes start where a clustering of a batch puts them, so a
+    short training refines them instead of finding them."""
+    from sklearn.cluster import KMeans
+
+    if x.ndim != 2 or len(x) < k:
+        raise RunError(f"kmeans_codes needs at least k = {k} rows, got shape {tuple(x.shape)}.")
+    km = KMeans(n_clusters=k, n_init=1, max_iter=max_iter, random_state=seed).fit(x.detach().float().cpu().numpy())
+    return torch.as_tensor(km.cluster_centers_, dtype=x.dtype, device=x.device)
+
+
 def init_codes(x: torch.Tensor, k: int, how: str = "farthest_first", seed: int = 0) -> torch.Tensor:
-    """k initial codes from the rows of x (N, d): `farthest_first` (the paper's choice) or `kmeans++`."""
+    """k initial codes from the rows of x (N, d): `farthest_first` (the paper's choice),
+    `kmeans++` (D² seeding) or `kmeans` (a short k-means of the rows)."""
     if how not in INITS:
         raise RunError(f"init must be one of {', '.join(INITS)}, got {how!r}.")
-    return farthest_first(x, k, seed) if how == "farthest_first" else kmeans_plus_plus(x, k, seed)
+    if how == "farthest_first":
+        return farthest_first(x, k, seed)
+    return kmeans_plus_plus(x, k, seed) if how == "kmeans++" else kmeans_codes(x, k, seed)
 
 
 class ResidualEncoder(nn.Module):
