@@ -17,7 +17,7 @@ from vqlc_core.pipeline.run import Run
 from .escape import literal_html, plain
 from .loaders import beyond_the_class, concepts, nearest_contexts, prediction_members, stamp
 from .tags import card_line
-from .widgets import guard, persisted
+from .widgets import guard, persisted, text_key
 
 INTERVENTIONS = {"local": "where the concept's words are",
                  "global": "at every position (the faithfulness tables' intervention)"}
@@ -135,7 +135,7 @@ def word_contexts(run: Run, method: str, ex: dict, text: str, key: str, n: int =
     first = top[0]["words"][0] if top and top[0]["words"] else 0
     i = st.selectbox("Why a word sits in its concept: nearest train contexts of", range(len(words)), index=first,
                      format_func=lambda j: f"{words[j]['word']} ({names.method_concept(method, ids[j])})",
-                     key=f"near_{key}",
+                     key=f"near_{key}_{text_key(text)}",  # one choice per input: another has other words
                      help=f"The train members of the word's concept whose layer-{ex['layer']} state is nearest this "
                           f"word's (among at most {MAX_ROWS:,} of them, a seeded sample), each in its sentence.")
     with guard():

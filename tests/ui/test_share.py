@@ -76,7 +76,8 @@ def test_a_link_opens_its_input_with_its_ablations(run):
 @pytest.mark.slow
 def test_compare_keeps_each_methods_ablations_in_its_link(run):
     first = opened("compare", run="apptest", text=SENTENCE)
-    by_method = {t.key.split("_")[1]: t for t in reversed(first.toggle)}  # the first toggle of each method
+    by_method = {t.key.split("_")[1]: t for t in reversed(first.toggle)  # the first Ablate toggle of each method
+                 if t.key.startswith("abl_")}
     for t in by_method.values():
         t.set_value(True)
     first.run()
