@@ -1,14 +1,15 @@
 """Compare: every built method side by side on one input (in registry order, by display name), each
 with its waterfall of the input's concepts (what tells the methods apart on this input) and its
-ablation toggles; below, the corpus-level figures per method in tabs: faithfulness, energy-matched
-controls, the instruments beyond the single cut, cost, SAE features and linguistic tags."""
+ablation toggles; below, the figures per method in tabs: the attribution benchmark's (local against
+global, where it was run), faithfulness, energy-matched controls, the instruments beyond the single
+cut, cost, SAE features and linguistic tags."""
 
 import streamlit as st
 
 import vqlc_ui
 from vqlc_ui import tags
 from vqlc_core.methods.base import display_name
-from vqlc_core.views import browse, charts
+from vqlc_core.views import bench, browse, charts
 from vqlc_core.evaluate import instrument, sae_compare, tables, tag_alignment
 
 
@@ -44,9 +45,18 @@ st.header("Over the test set", help="Corpus-level figures per method: each ablat
           "every position (the global intervention) on every test sentence and seed.")
 faith, measures = vqlc_ui.evaluation(rd, sp)
 comparison = sae_compare.load(run)  # written by `vqlc sae-compare`, dropped once a method is rebuilt
-names = ["Faithfulness", "Against matched controls", "Beyond the single cut", "Cost and codebook use",
-         *(["Against SAE features"] if comparison else []), "Linguistic tags"]
+measured = bench.load_result(run.dir.name)  # written by bench/attribution.py, in a checkout of the repository
+names = [*(["Attribution, local and global"] if measured else []), "Faithfulness", "Against matched controls",
+         "Beyond the single cut", "Cost and codebook use", *(["Against SAE features"] if comparison else []),
+         "Linguistic tags"]
 tabs = dict(zip(names, st.tabs(names)))
+if measured:
+    with tabs["Attribution, local and global"]:
+        st.subheader("The explanation's attribution", help=f"`bench/attribution.py` on {measured.get('n', '?')} "
+                     "seeded test sentences of this run: each figure per method with the concept removed where its "
+                     "words are (local, what Explain shows) and at every position (global, as the tables of the next "
+                     "tabs), its mean with a 95% bootstrap interval. The lexicon (VADER) is an instrument only.")
+        st.dataframe(bench.attribution_frame(measured), hide_index=True)
 with tabs["Faithfulness"]:
     st.subheader("Faithfulness", help="Each row ablates centred concept directions at layer l on every test sentence "
                  "(and seed): the mean drop in the predicted class's confidence with its 95% bootstrap interval, the "

@@ -277,6 +277,19 @@ def test_compare_shows_the_three_methods_and_the_faithfulness_table(cache_env):
 
 
 @pytest.mark.slow
+def test_compare_shows_the_attribution_benchmark_of_the_run_where_it_was_measured(cache_env, tmp_path, monkeypatch):
+    from tests.views.test_bench import RESULT
+    from vqlc_core.views import bench
+
+    (tmp_path / f"attribution_{RUN}.json").write_text(json.dumps(RESULT))
+    monkeypatch.setattr(bench, "RESULTS", tmp_path)
+    at = rendered(page("compare", text=SENTENCE), "compare (with the benchmark)")
+    assert "The explanation's attribution" in [s.value for s in at.subheader]
+    table = next(d.value for d in at.dataframe if "figure" in d.value.columns)
+    assert list(table.columns[1:3]) == ["VQLC, local", "VQLC, global"]
+
+
+@pytest.mark.slow
 def test_a_pin_from_explain_reaches_the_case_study_with_its_exports(apptest_run, tmp_path, monkeypatch):
     from tests.runcopy import linked_copy
     from vqlc_core.views.pins import load_pins
