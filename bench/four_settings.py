@@ -164,9 +164,16 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", nargs="+", required=True, help="built runs, one per setting")
     ap.add_argument("--out", default=str(ROOT / "docs" / "results" / "four-settings.md"), help="the Markdown file to write")
+    ap.add_argument("--title", default="The comparison over settings", help="the page's title")
+    ap.add_argument("--intro", default="", help="a paragraph under the title: what the runs are")
     args = ap.parse_args(argv)
-    lines = ["# The comparison over settings", "",
-             f"`python bench/four_settings.py --runs {' '.join(args.runs)}`", ""]
+    command = " ".join(["python bench/four_settings.py --runs", *args.runs]
+                       + ([f"--title '{args.title}'"] if args.title != "The comparison over settings" else []))
+    lines = [f"# {args.title}", "", *([args.intro, ""] if args.intro else []), f"`{command}`", "",
+             "Every ablation on this page removes a concept's centred direction at every position of layer l (the "
+             "global intervention), as the paper's faithfulness measure does; the explanation of one input on the "
+             "Explain page removes it only where the concept's words are (the local intervention, "
+             "[concept attribution](attribution.md)).", ""]
     tally: dict = {}
     for name in args.runs:
         got, verdicts = setting(name)
