@@ -56,7 +56,9 @@ if measured:
                      "seeded test sentences of this run: each figure per method with the concept removed where its "
                      "words are (local, what Explain shows) and at every position (global, as the tables of the next "
                      "tabs), its mean with a 95% bootstrap interval. The lexicon (VADER) is an instrument only.")
-        st.dataframe(bench.attribution_frame(measured), hide_index=True)
+        for frame in (bench.attribution_frame(measured), bench.method_frame(measured)):
+            if len(frame.columns) > 1:
+                st.dataframe(frame, hide_index=True)
 with tabs["Faithfulness"]:
     st.subheader("Faithfulness", help="Each row ablates centred concept directions at layer l on every test sentence "
                  "(and seed): the mean drop in the predicted class's confidence with its 95% bootstrap interval, the "

@@ -43,17 +43,27 @@ def load_result(run_name: str, results: Path | None = None) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def _number(x: float) -> str:
+    """Three decimals, or two significant digits below 0.01 (a Shapley error of 0.0007 is no 0.001)."""
+    return (f"{x:.3f}" if x == 0 or abs(x) >= 0.01 else f"{x:.2g}").replace("-", "−")
+
+
 def _shown(v) -> str:
     """A figure as text: '0.091 [0.052, 0.131]' for a mean with its interval, else the value."""
     if isinstance(v, (list, tuple)) and len(v) == 3 and all(isinstance(x, (int, float)) for x in v):
-        return f"{v[0]:.3f} [{v[1]:.3f}, {v[2]:.3f}]".replace("-", "−")
-    return f"{v:.3f}".replace("-", "−") if isinstance(v, float) else str(v)
+        return f"{_number(v[0])} [{_number(v[1])}, {_number(v[2])}]"
+    return _number(v) if isinstance(v, float) else str(v)
+
+
+def _frame(cells: dict[str, dict[str, str]], columns: list[str]) -> pd.DataFrame:
+    return pd.DataFrame([{"figure": f, **{c: row.get(c, "–") for c in columns}} for f, row in cells.items()],
+                        columns=["figure", *columns])
 
 
 def attribution_frame(result: dict) -> pd.DataFrame:
-    """One row per figure (named by `FIGURES`), one column per method and intervention ('VQLC,
-    local'; a figure of both interventions, such as the random-order lexicon agreement, under
-    the method alone), each cell a mean with its 95% interval; '–' where a column lacks the figure.
+    """The figures measured under each intervention: one row per figure (named by `FIGURES`),
+    one column per method and intervention ('VQLC, local'), each cell a mean with its 95%
+    interval; '–' where a column lacks the figure.
 
     Example:
         >>> attribution_frame(load_result("default")).columns[:3].tolist()
@@ -61,25 +71,29 @@ def attribution_frame(result: dict) -> pd.DataFrame:
     """
     cells: dict[str, dict[str, str]] = {}
     columns: list[str] = []
-
-    def put(key: str, column: str, value) -> None:
-        cells.setdefault(FIGURES.get(key, key.replace("_", " ")), {})[column] = _shown(value)
-        if column not in columns:
-            columns.append(column)
-
     for method, figures in result.get("methods", {}).items():
-        name = display_name(method)
         for how in INTERVENTIONS:
+            column = f"{display_name(method)}, {how}"
             for key, value in (figures.get(how) or {}).items():
-                put(key, f"{name}, {how}", value)
+                cells.setdefault(FIGURES.get(key, key.replace("_", " ")), {})[column] = _shown(value)
+                columns += [column] if column not in columns else []
+    return _frame(cells, columns)
+
+
+def method_frame(result: dict) -> pd.DataFrame:
+    """The figures of a method that belong to neither intervention alone (a random order's
+    lexicon agreement, local minus global, Shapley sampling's error; and every figure of a result
+    stored before the benchmark set the interventions apart): one row per figure, one column per
+    method."""
+    cells: dict[str, dict[str, str]] = {}
+    columns: list[str] = []
+    for method, figures in result.get("methods", {}).items():
+        column = display_name(method)
         for key, value in figures.items():
             if key in INTERVENTIONS:
                 continue
-            if isinstance(value, dict):  # e.g. "shapley": {"mae", "same_top", "n"}
-                for sub, v in value.items():
-                    put(f"{key}_{sub}", name, v)
-            else:
-                put(key, name, value)
-    frame = pd.DataFrame([{"figure": f, **{c: row.get(c, "–") for c in columns}} for f, row in cells.items()],
-                         columns=["figure", *columns])
-    return frame
+            for sub, v in (value.items() if isinstance(value, dict) else [("", value)]):  # "shapley": {"mae", "n"}
+                name = f"{key}_{sub}" if sub else key
+                cells.setdefault(FIGURES.get(name, name.replace("_", " ")), {})[column] = _shown(v)
+                columns += [column] if column not in columns else []
+    return _frame(cells, columns)
