@@ -284,7 +284,7 @@ def test_the_command_writes_the_comparison_that_the_compare_page_shows(sae_run, 
     at.session_state["text"] = "the plot is thin but the actors seem to enjoy themselves"
     at.run()
     assert not at.exception, [e.value for e in at.exception]
-    assert "Concepts against SAE features" in [h.value for h in at.header]
+    assert "Against SAE features" in [t.label for t in at.tabs]  # a tab of the per-method figures
     assert any(m.value.strip() == out.strip() for m in at.markdown)
 
 
