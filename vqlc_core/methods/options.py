@@ -46,10 +46,12 @@ class VQLCOptions:
                                    "'default': at least 50 steps and one pass after a k-means start)", flag="--epochs")
     fit_on: str = opt("fitset", "VQLC trains on the shared fit set or on all train rows", flag="--fit-on",
                       choices=("fitset", "all"))
-    variant: str = opt("default", "VQLC's settings: default (k-means++ initialisation, dead codes re-seeded from "
-                                  "random batch rows, rows normalised to one norm; chosen by measurement, see "
-                                  "docs/design.md) or paper (farthest-first initialisation, largest-error re-seeding, no "
-                                  "orthogonality penalty)", flag="--vqlc-variant", choices=tuple(VARIANTS))
+    variant: str = opt("default", "VQLC's settings: default (codes started from a short k-means of 4,096 fit rows, "
+                                  "at least 50 steps and one pass, dead codes re-seeded from random batch rows, rows "
+                                  "normalised to one norm; chosen by measurement, see docs/design.md), long (k-means++ "
+                                  "seeds, up to 1,000 steps until concepts stop changing) or paper (farthest-first "
+                                  "initialisation, largest-error re-seeding, 1,000 steps)", flag="--vqlc-variant",
+                       choices=tuple(VARIANTS))
 
     def __post_init__(self):
         at_least(self, "epochs", 1)
