@@ -47,8 +47,20 @@ def first_sentence(doc: str | None) -> str:
     return paragraph.splitlines()[0].strip()
 
 
+# A placeholder such as <run> outside a code span is read as an HTML tag and vanishes from the page
+# (`scripts/docs_reference.py` writes them alike); HTML's own inline tags are left as they are.
+PLACEHOLDER = re.compile(r"[^\s`(\[]*<(?!(?:a|b|i|em|strong|code|br|sub|sup|span|kbd)>)[\w-]+>[^\s`]*?(?=[,;:.)]*(?:\s|$))")
+
+
+def code_placeholders(text: str) -> str:
+    """`text` with every word that holds a placeholder in a code span (`<run>/llm/judge.json`)."""
+    parts = text.split("`")
+    parts[::2] = [PLACEHOLDER.sub(lambda m: f"`{m.group(0)}`", part) for part in parts[::2]]
+    return "`".join(parts)
+
+
 def docstring(path: Path) -> str:
-    return first_sentence(ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))))
+    return code_placeholders(first_sentence(ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))))
 
 
 def _modules(folder: Path) -> list[Path]:

@@ -204,7 +204,7 @@ def test_words_a_reader_cannot_place_are_found():
 
 # Written by bench/ from the results it stored (their commits end in "+changes" when the tree had
 # uncommitted changes); mended when bench/ rewrites them.
-BENCH_WRITTEN = {DOCS / "benchmarks.md", DOCS / "results" / "attribution.md", DOCS / "results" / "prediction-concept.md"}
+BENCH_WRITTEN = {DOCS / "results" / "attribution.md", DOCS / "results" / "prediction-concept.md"}
 
 
 @pytest.mark.parametrize("path", [pytest.param(p, marks=pytest.mark.xfail(reason="written by bench/", strict=False))
@@ -293,6 +293,77 @@ def test_the_api_page_opens_with_a_run_and_its_explainer_and_wraps_its_signature
     signatures = re.findall(r'<div class="doc-signature.*?</code></pre></div>', page, re.S)
     longest = max(len(line) for s in signatures for line in html_lib.unescape(re.sub(r"<[^>]+>", "", s)).splitlines())
     assert len(signatures) > 50 and longest <= 100, longest
+    assert "<blockquote" not in page  # an `Example:` section of `>>>` lines renders as nested quotes; `Examples:` as code
+
+
+def test_the_docs_install_the_site_alone_and_the_front_doors_leave_the_hub_reachable():
+    """./docs.sh installs requirements-docs.txt into its own venv: no runtime, no torch. run.sh and
+    docs.sh do not force the hub offline (a hub model is fetched where the hub answers); test.sh does."""
+    docs_req = [line.split("==")[0] for line in (ROOT / "requirements-docs.txt").read_text().splitlines()
+                if line.strip() and not line.startswith("#")]
+    assert docs_req and not any(r.startswith("-r") or r in ("torch", "transformers") for r in docs_req), docs_req
+    assert "-r requirements-docs.txt" in (ROOT / "requirements-test.txt").read_text()
+    for script in ("run.sh", "docs.sh"):
+        assert "HF_HUB_OFFLINE" not in (ROOT / script).read_text(), script
+    assert "HF_HUB_OFFLINE=1" in (ROOT / "test.sh").read_text()
+
+
+# --------------------------------------------------------------- every public name has a docstring
+
+def undocumented(root: Path = ROOT) -> list[str]:
+    """The public names of `vqlc_core.__all__` and their public members without a docstring, read
+    from the source by griffe as the API page reads them. A member counts as documented by its own
+    docstring, by its class's Attributes or Args section, or by the same in a base class."""
+    import griffe
+
+    from vqlc_core import _HOMES
+
+    package = griffe.load(root / "vqlc_core", docstring_parser="google", allow_inspection=False)
+
+    def named(cls) -> set[str]:
+        names = set()
+        for holder in (cls, cls.members.get("__init__")):
+            if holder is not None and holder.docstring:
+                for section in holder.docstring.parsed:
+                    if section.kind.value in ("attributes", "parameters"):
+                        names |= {item.name for item in section.value}
+        return names
+
+    def documented(cls, name: str) -> bool:
+        todo = [cls]
+        while todo:
+            c = todo.pop()
+            member = c.members.get(name)
+            if member is not None and not member.is_alias and member.docstring or name in named(c):
+                return True
+            todo += [b for b in c.resolved_bases if b.is_class]
+        return False
+
+    missing = []
+    for name, home in sorted(_HOMES.items()):
+        obj = package[f"{home}.{name}"]
+        obj = obj.final_target if obj.is_alias else obj
+        if not obj.docstring:
+            missing.append(name)
+        if obj.is_class:
+            missing += [f"{name}.{m}" for m in obj.members if not m.startswith("_") and not documented(obj, m)]
+    return missing
+
+
+def test_every_public_name_and_member_has_a_docstring():
+    assert undocumented() == []
+
+
+def test_a_member_without_a_docstring_is_found(tmp_path):
+    import shutil
+
+    shutil.copytree(ROOT / "vqlc_core", tmp_path / "vqlc_core", ignore=shutil.ignore_patterns("__pycache__"))
+    run_py = tmp_path / "vqlc_core" / "pipeline" / "run.py"
+    text = run_py.read_text()
+    doc = '        """The class names, in the order of the label indices."""\n'
+    assert doc in text
+    run_py.write_text(text.replace(doc, ""))
+    assert undocumented(tmp_path) == ["Run.class_names"]
 
 
 # --------------------------------------------------------------- nothing vanishes in the built HTML
@@ -430,3 +501,37 @@ def test_the_readmes_notebook_lines_run_on_a_run_named_default(apptest_run, tmp_
     monkeypatch.setenv("VQLC_CACHE_DIR", str(tmp_path))
     exec(compile(code[0], "README.md", "exec"), {})
     assert capsys.readouterr().out.strip() in apptest_run.class_names
+
+
+# ---------------------------------------------------------------- the tutorial, a notebook that runs
+# Every cell of scripts/tutorial.py executes on a small real run and prints or draws something, the
+# site's page and the .ipynb carry those outputs, and the page in docs/ holds the script's cells.
+
+from tests.runcopy import linked_copy  # noqa: E402
+
+tutorial = _script("tutorial_script", "scripts/tutorial.py")
+
+
+def code_cells(page: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)\n```", page, re.S)
+
+
+def test_every_cell_of_the_tutorial_runs_on_a_small_run_and_shows_its_output(apptest_run, tmp_path, monkeypatch):
+    linked_copy(apptest_run.dir, tmp_path / "cache", "small")
+    monkeypatch.setenv("VQLC_CACHE_DIR", str(tmp_path / "cache"))
+    written = tutorial.write("small", tmp_path / "docs")
+    page = (tmp_path / "docs" / "tutorial.md").read_text()
+    nb = json.loads((tmp_path / "docs" / "tutorial.ipynb").read_text())
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert code and all(c["outputs"] for c in code)  # every cell printed, returned or drew something
+    assert any("image/png" in o.get("data", {}) for c in code for o in c["outputs"])
+    assert (tmp_path / "docs" / "tutorial" / "figure-1.png") in written
+    assert "Traceback" not in page and page.count("```text") >= len(code) - 1
+    assert apptest_run.class_names[0] in page  # the run's own classes, printed by the first cell
+
+
+def test_the_tutorial_page_in_the_docs_has_the_scripts_cells():
+    page = (ROOT / "docs" / "tutorial.md").read_text()
+    run = re.search(r"--run (\S+)`", page).group(1)
+    assert code_cells(page) == [text for kind, text in tutorial.cells(run) if kind == "code"], \
+        "docs/tutorial.md is older than scripts/tutorial.py; run `python scripts/tutorial.py`"

@@ -79,9 +79,26 @@ def _block_returns_tuple(backbone: Backbone) -> bool:
 
 @contextmanager
 def ablate(backbone: Backbone, layer: int, directions) -> Iterator[torch.Tensor]:
-    """Project the span of `directions` out of every representation at `layer` for each
-    forward inside the block; yields the basis used. The hook is removed in `finally`, and an
-    empty set of directions changes nothing."""
+    """Project the span of `directions` out of every representation at `layer` for each forward
+    inside the block. The hook is removed on leaving it, and an empty set of directions changes
+    nothing.
+
+    Args:
+        backbone: the model (`Run.backbone`).
+        layer: the block whose output is changed, 1..`backbone.n_layers`.
+        directions: array of shape (n, d), e.g. `ConceptSet.directions(ids)`.
+
+    Yields:
+        The orthonormal basis of the span removed, (r, d).
+
+    Raises:
+        RunError: the model has no such layer.
+
+    Examples:
+        >>> dirs = run.concepts("vqlc").directions([193])
+        >>> with vq.ablate(run.backbone, run.layer, dirs):
+        ...     logits = run.classifier.logits(enc)
+    """
     layer = backbone.check_layer(layer)
     basis = orthonormal_basis(directions)
     if len(basis) == 0:

@@ -52,19 +52,38 @@ class _Pass:
 
 class Explainer:
     """Explains a classifier's predictions through the concepts of several methods.
+    `Run.explainer()` gives one with the run's settings.
 
-    methods: name -> (fitted concept method, its ConceptSet), all fitted at `layer`.
-    aggregation: how a word's sub-word states become its vector; must be the store's, so that
-        words are assigned concepts on vectors like those the concepts were fitted on.
-    ig_baseline: the layer-l state (d,) Integrated Gradients starts from at every word token
-        (a run's neutral baseline, `baseline.neutral_baseline`, named by `ig_baseline_name`);
-        None takes the train rows' mean state from the concept sets (zero when none holds one).
-    contributions: whether each explanation scores the input's word concepts by their removal
-        (`contributions`: two more forwards from layer l); off, its records leave them out.
-    intervention: where a concept is removed for one input's explanation, its toggles and its
-        ranked list (`intervention.py`): 'local' (at the tokens of the input's words assigned to
-        it, the default) or 'global' (at every position, as the faithfulness tables); each call
-        may ask for the other."""
+    Args:
+        classifier: the run's classifier (`Run.classifier`), with its backbone.
+        layer: the layer the concepts were fitted at.
+        methods: name -> (fitted concept method, its ConceptSet), all fitted at `layer`.
+        ig_steps: Integrated Gradients' nodes on the path from the baseline.
+        cache_size: the explained texts whose forward pass is kept for their ablations.
+        autocast_dtype: e.g. `torch.bfloat16` for the forwards (Integrated Gradients stays in
+            float32); None: the weights' dtype.
+        aggregation: how a word's sub-word states become its vector; must be the store's, so
+            that words are assigned concepts on vectors like those the concepts were fitted on.
+        ig_baseline: the layer-l state (d,) Integrated Gradients starts from at every word token
+            (a run's neutral baseline, named by `ig_baseline_name`); None takes the train rows'
+            mean state from the concept sets (zero when none holds one).
+        ig_baseline_name: how `ig_baseline` is named in an explanation's `info`.
+        contributions: whether each explanation scores the input's word concepts by their
+            removal (two more forwards from layer l); off, its records leave them out.
+        intervention: where a concept is removed for one input's explanation, its toggles and
+            its ranked list: 'local' (at the tokens of the input's words assigned to it, the
+            default) or 'global' (at every position, as the faithfulness tables); each call may
+            ask for the other.
+
+    Raises:
+        RunError: `ig_steps` below 1, an unknown aggregation or intervention, or a layer the
+            model lacks.
+
+    Examples:
+        >>> explainer = vq.open_run("default").explainer(methods=("vqlc", "kmeans"))
+        >>> ex = explainer.explain("a gorgeous, witty and deeply moving film")
+        >>> ex.prediction, ex.methods["vqlc"].contributions[0].label
+    """
 
     def __init__(self, classifier, layer: int, methods: dict, ig_steps: int = IG_STEPS, cache_size: int = 16,
                  autocast_dtype=None, aggregation: str = "last", ig_baseline=None, ig_baseline_name: str = "given",
@@ -139,6 +158,7 @@ class Explainer:
         return aggregate_words(states, words, self.aggregation).numpy()
 
     def is_truncated(self, text: str) -> bool:
+        """Whether `text` is longer than the model's `max_length` tokens (its end is not read)."""
         n = len(self.backbone.tokenizer(text, truncation=False)["input_ids"]) + int(self.backbone.add_bos)
         return n > self.backbone.max_length
 
@@ -189,13 +209,33 @@ class Explainer:
 
     # --- public -------------------------------------------------------------------------------
     def explain(self, text: str, attribute=None, shapley: bool = False, intervention: str | None = None) -> Explanation:
-        """The prediction, every word's concept, the prediction representation's top concepts
-        and the salient words with their concepts, for each method; and the concept attribution
-        (`contributions`) of the methods in `attribute` (default: every method; the Explain page
-        shows one, and the attribution is most of an explanation's time), scored by single
-        removals or, with `shapley`, by Shapley values, under `intervention` ('local' or
-        'global'; default: the explainer's). Thread-safe: the hooks it places act on the shared
-        model, so passes are serialised by the backbone's lock."""
+        """Explain one input: the prediction, every word's concept, the prediction
+        representation's top concepts and the salient words with their concepts, for each
+        method; and the concept attribution (`contributions`), each concept of the input scored
+        by its removal. Thread-safe: the hooks it places act on the shared model, so passes are
+        serialised by the backbone's lock.
+
+        Args:
+            text: the input, a non-empty string (longer than the model reads: its end is cut,
+                and the explanation says so in `truncated`).
+            attribute: the methods whose concept attribution to compute (default: every method;
+                the Explain page asks for one, as the attribution is most of the time).
+            shapley: score the concepts by Shapley values of their removals instead of single
+                removals.
+            intervention: 'local' or 'global' (default: the explainer's); see the class.
+
+        Returns:
+            An `Explanation`, with a `MethodExplanation` per method in `methods`.
+
+        Raises:
+            RunError: an empty or unreadable text, or an unknown method in `attribute`.
+
+        Examples:
+            >>> ex = explainer.explain("a gorgeous, witty and deeply moving film")
+            >>> ex.prediction
+            'positive'
+            >>> [c.label for c in ex.methods["vqlc"].contributions[:2]]
+        """
         return self.explain_many([text], None if attribute is None else [attribute], [shapley], [intervention])[0]
 
     def explain_many(self, texts: list[str], attribute: list | None = None, shapley: list | None = None,
@@ -281,12 +321,31 @@ class Explainer:
 
     def ablate(self, text: str, method: str, concept_ids, centred: bool = True, intervention: str | None = None
                ) -> Ablation:
-        """Remove the directions of `concept_ids` (of `method`'s concept set; centred on the train
-        mean unless `centred` is False, see `ConceptSet.directions`) from layer l and run the rest
-        of the model: under `intervention` 'local' (default: the explainer's) each concept at the
-        tokens of the input's words assigned to it (a concept no word has: where the prediction
-        representation is read), under 'global' the span at every position. delta = new minus old
-        probability of the originally predicted class (negative: the concepts supported it)."""
+        """Remove concepts from layer l and run the rest of the model: what the Explain page's
+        toggles do.
+
+        Args:
+            text: the input.
+            method: the name of one of the explainer's methods.
+            concept_ids: the ids of that method's concepts to remove together.
+            centred: remove each concept's vector minus the train mean (the default, see
+                `ConceptSet.directions`), or the vector itself.
+            intervention: 'local' (default: the explainer's): each concept at the tokens of the
+                input's words assigned to it (a concept no word has: where the prediction
+                representation is read); 'global': the span at every position.
+
+        Returns:
+            An `Ablation`; its `delta` is the new minus the old probability of the originally
+            predicted class (negative: the concepts supported it).
+
+        Raises:
+            RunError: an unknown method, or concept ids that are not whole numbers or outside
+                the method's concepts.
+
+        Examples:
+            >>> after = explainer.ablate("a gorgeous, witty film", "vqlc", [193])
+            >>> after.prediction, round(after.delta, 3)
+        """
         return self.ablate_many([(text, method, concept_ids, centred, intervention)])[0]
 
     def ablate_many(self, requests: list[tuple]) -> list[Ablation]:

@@ -71,13 +71,24 @@ CONTRIBUTION_FIELDS = ("contributions", "deletion", "joint", "interaction", "bas
 
 @dataclass(frozen=True)
 class MethodExplanation:
-    """One method's view of the input: every word's concept id, the prediction representation's
-    top concepts, most probable first, and (when computed) the input's word concepts ranked by
-    score, highest first (`contributions`). `base`: p(predicted class) with every word concept of
-    the input removed together; `joint`: p(x) - base; `interaction`: the share of the joint effect
-    that the scores do not add up to. base + sum of scores + (joint - sum of scores) = p(x): the
-    waterfall. `deletion`: p(predicted class) as the top-1, top-2, ... are removed together.
-    `intervention`: 'local' or 'global'; `shapley`: whether the scores are Shapley values."""
+    """One method's view of the input. base + sum of scores + (joint - sum of scores) = p(x):
+    the waterfall the Explain page draws.
+
+    Attributes:
+        word_concepts (list of int): every word's concept id, in word order.
+        prediction_concepts (list of PredictionConcept): the prediction representation's top
+            concepts, most probable first.
+        contributions (list of ConceptContribution or None): the input's word concepts ranked by
+            score, highest first; None when not computed.
+        deletion (list of float or None): p(predicted class) as the top-1, top-2, ... concepts
+            are removed together.
+        joint (float or None): p(x) minus `base`.
+        interaction (float or None): the share of the joint effect the scores do not add up to.
+        base (float or None): p(predicted class) with every word concept of the input removed
+            together.
+        intervention (str or None): where the concepts were removed, 'local' or 'global'.
+        shapley (bool): whether the scores are Shapley values rather than single removals.
+    """
 
     word_concepts: list[int]
     prediction_concepts: list[PredictionConcept]
@@ -90,14 +101,35 @@ class MethodExplanation:
     shapley: bool = False
 
     def to_dict(self) -> dict:
+        """Plain JSON types; the attribution's fields only when it was computed."""
         d = asdict(self)
         return {k: v for k, v in d.items() if k not in CONTRIBUTION_FIELDS or self.contributions is not None}
 
 
 @dataclass(frozen=True)
 class Explanation:
-    """Everything the Explain page shows for one input; `methods` holds each method's record by
-    its name, and salient words come by decreasing attribution. `to_dict()` is plain JSON."""
+    """Everything the Explain page shows for one input (`Explainer.explain`).
+
+    Attributes:
+        text (str): the input.
+        layer (int): the layer the concepts live at.
+        prediction (str): the predicted class's name.
+        predicted_index (int): its index in the run's class names.
+        confidence (float): the predicted class's probability.
+        probabilities (dict of str to float): every class's probability.
+        words (list of Word): the input's words with their character spans.
+        attributions (list of float): each word's Integrated Gradients share (they sum to 1).
+        salient (list of SalientWord): the salient words, by decreasing attribution, each with
+            its concept under every method.
+        methods (dict of str to MethodExplanation): each method's view, by its name.
+        truncated (bool): the input was longer than the model reads, and its end was cut.
+        info (dict): how the attribution was computed (baseline, steps) and its completeness
+            error.
+
+    Examples:
+        >>> ex = vq.open_run("default").explainer().explain("a gorgeous, witty film")
+        >>> ex.prediction, [s.word for s in ex.salient]
+    """
 
     text: str
     layer: int
@@ -113,6 +145,7 @@ class Explanation:
     info: dict = field(default_factory=dict)  # how the attribution was computed, its completeness error
 
     def to_dict(self) -> dict:
+        """Plain JSON types, as the pages and the server's batches use them."""
         d = asdict(self)
         d["methods"] = {n: m.to_dict() for n, m in self.methods.items()}
         return d
@@ -120,9 +153,15 @@ class Explanation:
 
 @dataclass(frozen=True)
 class Ablation:
-    """The prediction with concepts projected out of layer l: the new class probabilities, the
-    new prediction and its confidence, and `delta`, the new minus the old probability of the
-    originally predicted class (negative: the concepts supported the prediction)."""
+    """The prediction with concepts projected out of layer l (`Explainer.ablate`).
+
+    Attributes:
+        proba (dict of str to float): every class's new probability.
+        prediction (str): the new predicted class.
+        confidence (float): its probability.
+        delta (float): the new minus the old probability of the originally predicted class
+            (negative: the concepts supported the prediction).
+    """
 
     proba: dict[str, float]
     prediction: str
@@ -130,4 +169,5 @@ class Ablation:
     delta: float
 
     def to_dict(self) -> dict:
+        """Plain JSON types."""
         return asdict(self)
