@@ -46,7 +46,9 @@ run.methods_built(), run.class_names, run.layer"""),
 An explainer holds the run's model and the concept sets of its methods. `explain` gives the
 prediction and, for each method, the concepts of the input's words, each scored by its own
 ablation: how much the predicted class's probability drops when that concept alone is removed
-from the layer."""),
+from the layer where its words are (`intervention="global"` removes it at every position, as the
+faithfulness tables do). `base + sum of the scores + (joint - sum of the scores)` is the
+prediction: the Explain page draws it as a waterfall."""),
     ("code", f"""explainer = run.explainer()
 ex = explainer.explain("{TEXT}")
 ex.prediction, round(ex.confidence, 3)"""),
@@ -56,8 +58,8 @@ for c in vqlc.contributions[:5]:
     print(f"{c.score:+.3f}  {c.label}  {words}")"""),
     ("md", """## Ablate a concept
 
-`ablate` removes concepts from the layer and runs the rest of the model: what the Explain page's
-toggles do. `delta` is the new minus the old probability of the predicted class."""),
+`ablate` removes concepts from the layer (where their words are) and runs the rest of the model:
+what the Explain page's toggles do. `delta` is the new minus the old probability of the predicted class."""),
     ("code", """top = vqlc.contributions[0]
 after = explainer.ablate(ex.text, "vqlc", [top.concept])
 after.prediction, round(after.delta, 3)"""),
