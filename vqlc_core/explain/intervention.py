@@ -59,6 +59,15 @@ def remove_locally(h: torch.Tensor, positions: dict[int, list[int]], directions:
     for k in dict.fromkeys(int(k) for k in remove):
         for t in positions[k]:
             at.setdefault(int(t), []).append(k)
+    if all(len(ks) == 1 for ks in at.values()):  # the common case: one direction a position, one product
+        u = torch.zeros(h.shape[-2], h.shape[-1], dtype=torch.float64)
+        for t, (k,) in at.items():
+            v = torch.as_tensor(np.asarray(directions[k], dtype=np.float64))
+            norm = float(v.norm())
+            if norm > 1e-12:
+                u[t] = v / norm
+        u = u.to(h.device, h.dtype)
+        return h - (h * u).sum(-1, keepdim=True) * u
     out = h.clone()
     by_set: dict[tuple[int, ...], list[int]] = {}
     for t, ks in at.items():
