@@ -95,7 +95,8 @@ def test_an_explanation_shows_the_labels_of_now_not_of_when_it_was_computed(run)
     assert now["methods"]["vqlc"]["prediction_concepts"][0]["label"] == f"c{k}: prediction concept (edited)"
     assert now["salient"][0]["concepts"]["vqlc"]["label"] == cs.label(s) and "(edited)" in cs.label(s)
     listed = {c["concept"]: c["label"] for c in now["methods"]["vqlc"]["contributions"]}
-    assert listed[k] == cs.label(k) and listed[s] == cs.label(s)  # the attribution's list, named as now
+    assert listed[s] == cs.label(s)  # the attribution's list (the input's word concepts), named as now
+    assert k not in listed or k in ex["methods"]["vqlc"]["word_concepts"]  # a prediction concept is no part of it
     assert now["methods"]["kmeans"] == ex["methods"]["kmeans"]  # other methods as they were
     shown = {c["concept"]: c["label"] for c in browse.shown_concepts(now, "vqlc")}
     assert shown[k] == cs.label(k)
@@ -197,7 +198,8 @@ def test_a_label_written_on_the_concept_view_shows_on_every_page(run, monkeypatc
         want = f"c{k2}: {EVIL} (edited)"
     at = ran(page(run, "explain", text=sentence))
     (body,) = [m.value for m in at.html if "<span" in m.value]  # the coloured sentence
-    assert f'title="{html.escape(want, quote=True)}"' in body and "<b>bold</b>" not in body
+    want = want.replace(f"c{want[1:].split(':')[0]}:", f"VQLC {want[1:].split(':')[0]}:", 1)  # ids per method there
+    assert f'title="{html.escape(want, quote=True)}' in body and "<b>bold</b>" not in body  # its members may follow
 
     at = ran(page(run, "labels"))
     (table,) = [d.value for d in at.dataframe]
