@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from vqlc_core.explain import shapley as shap
-from vqlc_core.explain.ablation import from_layer, orthonormal_basis, project_out
+from vqlc_core.explain.ablation import from_layer, project_out
 from vqlc_core.explain.attribution import pooled_positions
 from vqlc_core.explain.intervention import concept_positions, remove_locally
 from vqlc_core.explain.records import ConceptContribution
@@ -193,12 +193,5 @@ def patching_scores(explainer, p, pred: int, method: str, present: list[int], re
     with torch.enable_grad(), from_layer(explainer.backbone, explainer.layer, states):
         proba = torch.softmax(explainer.classifier.logits(p.enc).float(), -1)[0, pred]
         (grad,) = torch.autograd.grad(proba, states)
-    out = []
-    for k in present:
-        if removal is None:
-            q = orthonormal_basis(explainer.methods[method][1].directions([k], True))
-            change = project_out(states.detach(), q) - states.detach()
-        else:
-            change = removal.states([k]).float() - states.detach()
-        out.append(-float((grad * change).sum()))
-    return np.asarray(out)
+    removal = removal or Removal(explainer, p, method, [], "global")
+    return np.asarray([-float((grad * (removal.states([k]).float() - states.detach())).sum()) for k in present])

@@ -9,7 +9,7 @@ batched pass from those states, and an ablation one more forward that starts at 
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -41,13 +41,15 @@ def concept_proba(method, X: np.ndarray, concepts=None) -> np.ndarray:
 
 @dataclass
 class _Pass:
-    """One forward of one text: its batch, words, layer-l states (1, T, d) and probabilities."""
+    """One forward of one text: its batch, words, layer-l states (1, T, d) and probabilities,
+    and its words' concept ids per method once assigned (`Explainer._word_ids`)."""
 
     enc: dict
     words: list
     states: torch.Tensor
     proba: np.ndarray
     truncated: bool
+    word_ids: dict = field(default_factory=dict)
 
 
 class Explainer:
@@ -255,14 +257,19 @@ class Explainer:
         with self.backbone.lock:
             return self._explain_many(list(texts), want, shapley, intervention)
 
-    def _word_ids(self, passes: list[_Pass]) -> dict[str, list[list[int]]]:
-        """Per method, per pass: every word's concept id (one assignment per method for them all)."""
-        vecs = [self.word_vectors(p.states[0], p.words) for p in passes if p.words]
-        bounds = np.cumsum([0] + [len(p.words) for p in passes])
+    def _word_ids(self, passes: list[_Pass], methods=None) -> dict[str, list[list[int]]]:
+        """Per method of `methods` (default: every one), per pass: every word's concept id. A
+        pass keeps its ids, so an ablation of an explained text assigns nothing again; the
+        others get one assignment per method for them all."""
         out = {}
-        for name, (method, _) in self.methods.items():
-            ids = [int(k) for k in method.predict(np.concatenate(vecs))] if vecs else []
-            out[name] = [ids[bounds[b] : bounds[b + 1]] for b in range(len(passes))]
+        for name in self.methods if methods is None else methods:
+            todo = list({id(p): p for p in passes if name not in p.word_ids}.values())  # each pass once
+            vecs = [self.word_vectors(p.states[0], p.words) for p in todo if p.words]
+            ids = [int(k) for k in self.methods[name][0].predict(np.concatenate(vecs))] if vecs else []
+            bounds = np.cumsum([0] + [len(p.words) for p in todo])
+            for b, p in enumerate(todo):
+                p.word_ids[name] = ids[bounds[b] : bounds[b + 1]]
+            out[name] = [p.word_ids[name] for p in passes]
         return out
 
     def _explain_many(self, texts: list[str], want: list[set], shapley: list[bool], intervention: list[str]
@@ -357,12 +364,13 @@ class Explainer:
                 self._basis(m, ids, centred)  # bad ids: one sentence
                 check_intervention(how, self.intervention)
             ps = self._passes([r[0] for r in reqs])
-            word_ids = self._word_ids(ps) if any(check_intervention(r[4], self.intervention) == "local" for r in reqs) else {}
+            local = {r[1] for r in reqs if check_intervention(r[4], self.intervention) == "local"}
+            word_ids = self._word_ids(ps, local)  # the requested methods only; an explained text's are kept
             states = []
             for b, (p, (_, m, ids, centred, how)) in enumerate(zip(ps, reqs)):
                 ids = [int(k) for k in np.atleast_1d(np.asarray(ids, dtype=np.int64))]
                 how = check_intervention(how, self.intervention)
-                states.append(Removal(self, p, m, word_ids.get(m, [[]] * len(ps))[b], how, centred).states(ids))
+                states.append(Removal(self, p, m, word_ids[m][b] if m in word_ids else [], how, centred).states(ids))
             enc, stacked = self._stack(ps, states)
             probas = self.proba_from_states(enc, stacked)
         names, out = self.classifier.class_names, []
