@@ -120,7 +120,9 @@ def test_shapley_values_are_exact_up_to_ten_concepts_and_sampled_within_a_hundre
     from vqlc_core.explain import shapley as shap
     from vqlc_core.explain.contributions import Removal, removal_proba
 
-    text = "a gorgeous , witty and deeply moving film , though its final act drags on far too long and bores"
+    # a sentence of eight K-Means concepts: 256 coalitions, every one removed locally by the explainer
+    text = ("i thought the soundtrack was a delight and the cast charming , though the plot is tedious and the "
+            "ending forgettable")
     e = explainer.explain(text, shapley=True)
     me = e.methods["kmeans"]
     present = list(dict.fromkeys(me.word_concepts))
@@ -130,7 +132,7 @@ def test_shapley_values_are_exact_up_to_ten_concepts_and_sampled_within_a_hundre
     proba = removal_proba(explainer, [rem] * len(coalitions), [[present[i] for i in c] for c in coalitions])
     value = {c: e.confidence - float(pr[e.predicted_index]) for c, pr in zip(coalitions, proba)}
     exact = dict(zip(present, shap.exact_shapley(len(present), value)))
-    assert len(present) >= 4 and all(r.stderr == 0 for r in me.contributions)
+    assert len(present) == 8 and all(r.stderr == 0 for r in me.contributions)
     for r in me.contributions:
         assert r.score == pytest.approx(exact[r.concept], abs=1e-6)
     # sampling, as the explainer does past ten concepts, on the same game (32 antithetic orders)
