@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up .venv with runtime and test dependencies and runs the whole pytest suite (slow and
-# browser tests included). Extra arguments go to pytest.
+# browser tests included), in parallel. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/setup.sh requirements-test.txt
@@ -15,4 +15,10 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 # spin on the shared core. tests/explain + tests/evaluate took 47 s on one thread against 79 s on
 # two on a quiet 2-core machine, and 50 s against 257 s beside a busy loop.
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"
-exec .venv/bin/python -m pytest "$@"
+# The tests run in parallel, one pytest process per core (pytest-xdist; at most 4, or
+# VQLC_TEST_WORKERS of them; -n 0 after ./test.sh runs them in this one). Each test file runs whole
+# on one process, so its module fixtures (a judge server, a small build) are made once; the apptest
+# run that many files share is built by the first process that needs it while the others wait.
+workers="${VQLC_TEST_WORKERS:-$(nproc 2>/dev/null || echo 1)}"
+[ "$workers" -le 4 ] || workers=4
+exec .venv/bin/python -m pytest -n "$workers" --dist loadfile "$@"

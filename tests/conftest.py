@@ -112,10 +112,13 @@ def apptest_run():
     from vqlc_core.pipeline.config import preset
     from vqlc_core.pipeline.build import build
     from vqlc_core.pipeline.run import Run, is_built
+    from vqlc_core.base.lock import waiting_lock
 
     cfg = preset("default", run="apptest", limit=300, n_concepts=20, faithfulness_texts=20, cache_dir=CACHE)
-    if not (cfg.run_dir / "manifest.json").exists() or not is_built(cfg.run_dir):
-        build(cfg, force=True)  # a half-built or older-format run is built afresh
+    # `./test.sh` runs the tests in several processes (pytest-xdist): one builds, the others wait
+    with waiting_lock(CACHE / ".tests-apptest.lock"):
+        if not (cfg.run_dir / "manifest.json").exists() or not is_built(cfg.run_dir):
+            build(cfg, force=True)  # a half-built or older-format run is built afresh
     return Run(cfg.run_dir)
 
 

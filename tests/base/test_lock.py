@@ -83,3 +83,33 @@ def test_a_lock_left_by_a_killed_build_is_taken_over(tmp_path, capsys):
     code = main([*ARGS, "--run", "killed", "--cache-dir", str(tmp_path)])
     assert code == 0, capsys.readouterr().err
     assert json.loads(lock_path(tmp_path / "runs" / "killed").read_text())["pid"] == os.getpid()
+
+
+def test_a_waiting_lock_waits_for_the_process_that_holds_it(tmp_path):
+    import threading
+
+    from vqlc_core.base.lock import waiting_lock
+
+    path = tmp_path / "shared" / ".download.lock"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys\nfrom vqlc_core.base.lock import waiting_lock\n"
+         f"with waiting_lock({str(path)!r}):\n    print('held', flush=True)\n    sys.stdin.readline()\n"],
+        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        got = threading.Event()
+
+        def take():
+            with waiting_lock(path):
+                got.set()
+
+        waiter = threading.Thread(target=take, daemon=True)
+        waiter.start()
+        assert not got.wait(1.0)  # the other process holds it: this one waits
+        holder.stdin.write("done\n")
+        holder.stdin.flush()
+        assert holder.wait(60) == 0
+        waiter.join(60)
+        assert got.is_set()  # taken once the holder let go
+    finally:
+        holder.kill()

@@ -58,3 +58,18 @@ def run_lock(run_dir: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # releases the lock; the file stays, so no two processes lock different files
+
+
+@contextmanager
+def waiting_lock(path: Path) -> Iterator[None]:
+    """Hold an advisory lock on the file `path` while the block runs, waiting for it while another
+    process holds it: for what is fetched or converted once into a shared cache folder, so that
+    a second process waits and then finds it there instead of writing it beside the first."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

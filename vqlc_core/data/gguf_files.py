@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from vqlc_core.base.hardware import native_bf16
+from vqlc_core.base.lock import waiting_lock
 from vqlc_core.base.runio import RunError, SourceError, atomic_path, read_json, write_json
 from vqlc_core.data.downloads import pip_download
 
@@ -211,9 +212,10 @@ def converted(name: str, gguf: Path, models: Path) -> Path:
     dtype = conversion_dtype()
     out = conversion_dir(models, name, dtype)
     marker = out / "vqlc_source.json"
-    stamp = read_json(marker) if marker.is_file() else {}
-    if {"dtype": "float32", **stamp} != _source_stamp(gguf, dtype):  # stamps before bf16 had no dtype
-        _convert_gguf(gguf, out, dtype)
+    with waiting_lock(models / f".{out.name}.lock"):  # one process converts, the others wait for it
+        stamp = read_json(marker) if marker.is_file() else {}
+        if {"dtype": "float32", **stamp} != _source_stamp(gguf, dtype):  # stamps before bf16 had no dtype
+            _convert_gguf(gguf, out, dtype)
     return out
 
 
