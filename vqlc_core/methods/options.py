@@ -19,7 +19,7 @@ from vqlc_core.base.options import at_least, one_of, opt
 # "long" starts from k-means++ seeds and trains until under 1 in 100 of a probe of fit rows change
 # concept in 40 steps (at most 1,000 steps): the default until the k-means start. "default" starts
 # the codes from a short k-means of 4,096 fit rows' encodings (as SoundStream and VQGAN-LC
-# initialise their codebooks) and refines them for at least 50 steps and one pass: on the default
+# initialise their codebooks) and refines them for one pass and at least 20 steps: on the default
 # run's fit set its word concepts' dev R² was 0.3725 against 0.3739 for "long", at 3.3-3.8 s
 # against 30.7 s, and K-Means' 5.3 s, in one run beside other work (bench/vqlc_speed.py).
 VARIANTS: dict[str, dict] = {
@@ -28,7 +28,7 @@ VARIANTS: dict[str, dict] = {
     "long": {"init": "kmeans++", "reseed": "random", "normalize": "center_row", "ortho_weight": 0.0,
              "stop_tol": 0.01, "init_sample": 10000, "min_steps": 1000},
     "default": {"init": "kmeans", "reseed": "random", "normalize": "center_row", "ortho_weight": 0.0,
-                "stop_tol": 0.01, "init_sample": 4096, "min_steps": 50},
+                "stop_tol": 0.01, "init_sample": 4096, "min_steps": 20},
 }
 DEFAULT_VARIANT = VARIANTS["default"]  # `VQLC()`'s own defaults, so a bare estimator is the default build's
 
@@ -43,11 +43,11 @@ class VQLCOptions:
 
     beta: float = opt(BETA, "VQLC commitment weight beta", flag="--beta")
     epochs: int | None = opt(None, "VQLC training epochs, every step trained (default: the variant's schedule; "
-                                   "'default': at least 50 steps and one pass after a k-means start)", flag="--epochs")
+                                   "'default': one pass and at least 20 steps after a k-means start)", flag="--epochs")
     fit_on: str = opt("fitset", "VQLC trains on the shared fit set or on all train rows", flag="--fit-on",
                       choices=("fitset", "all"))
     variant: str = opt("default", "VQLC's settings: default (codes started from a short k-means of 4,096 fit rows, "
-                                  "at least 50 steps and one pass, dead codes re-seeded from random batch rows, rows "
+                                  "one pass and at least 20 steps, dead codes re-seeded from random batch rows, rows "
                                   "normalised to one norm; chosen by measurement, see docs/design.md), long (k-means++ "
                                   "seeds, up to 1,000 steps until concepts stop changing) or paper (farthest-first "
                                   "initialisation, largest-error re-seeding, 1,000 steps)", flag="--vqlc-variant",

@@ -53,8 +53,8 @@ class VQLC(ModuleMethod):
     epochs: passes over the fit rows; None (default) picks enough for `min_steps` optimiser
         steps (and at least one pass), so small fit sets train long enough and large stores take
         one pass.
-    min_steps: optimiser steps that `epochs=None` trains at the least (50 by default after a
-        k-means start; 1,000 for the 'long' and 'paper' variants).
+    min_steps: optimiser steps that `epochs=None` trains at the least (20 by default after a
+        k-means start, so the default fit set's word rows train one pass; 1,000 for the 'long' and 'paper' variants).
     stop_tol, check_every: stop once fewer than `stop_tol` of a probe of 2,048 fit rows change
         concept between two checks `check_every` steps apart (0, or `epochs` set: train every step);
         see `trainer`. On the default run's 10,000 fit rows (seed 0) it stopped after 640 of 1,040
