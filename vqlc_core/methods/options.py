@@ -20,8 +20,9 @@ from vqlc_core.base.options import at_least, one_of, opt
 # concept in 40 steps (at most 1,000 steps): the default until the k-means start. "default" starts
 # the codes from a short k-means of 4,096 fit rows' encodings (as SoundStream and VQGAN-LC
 # initialise their codebooks) and refines them for one pass and at least 20 steps: on the default
-# run's fit set its word concepts' dev R² was 0.3725 against 0.3739 for "long", at 3.3-3.8 s
-# against 30.7 s, and K-Means' 5.3 s, in one run beside other work (bench/vqlc_speed.py).
+# run's fit set its word concepts' dev R² was 0.3759 against 0.3788 for at least 50 steps and
+# 0.3877 for "long", its fit (word and prediction concepts) 6.9 s against 8.7 s and 67.6 s, and
+# K-Means' 10.0 s, one thread each beside other work, median of 3 (bench/vqlc_speed.py).
 VARIANTS: dict[str, dict] = {
     "paper": {"init": "farthest_first", "reseed": "largest_error", "normalize": "center_rms", "ortho_weight": 0.0,
               "stop_tol": 0.0, "init_sample": 10000, "min_steps": 1000},
