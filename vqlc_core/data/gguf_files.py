@@ -19,7 +19,6 @@ from pathlib import Path
 import torch
 
 from vqlc_core.base.hardware import native_bf16
-from vqlc_core.base.lock import waiting_lock
 from vqlc_core.base.runio import RunError, SourceError, atomic_path, read_json, write_json
 from vqlc_core.data.downloads import pip_download
 
@@ -212,10 +211,9 @@ def converted(name: str, gguf: Path, models: Path) -> Path:
     dtype = conversion_dtype()
     out = conversion_dir(models, name, dtype)
     marker = out / "vqlc_source.json"
-    with waiting_lock(models / f".{out.name}.lock"):  # one process converts, the others wait for it
-        stamp = read_json(marker) if marker.is_file() else {}
-        if {"dtype": "float32", **stamp} != _source_stamp(gguf, dtype):  # stamps before bf16 had no dtype
-            _convert_gguf(gguf, out, dtype)
+    stamp = read_json(marker) if marker.is_file() else {}
+    if {"dtype": "float32", **stamp} != _source_stamp(gguf, dtype):  # stamps before bf16 had no dtype
+        _convert_gguf(gguf, out, dtype)
     return out
 
 

