@@ -17,8 +17,9 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"
 # The tests run in parallel, one pytest process per core (pytest-xdist; at most 4, or
 # VQLC_TEST_WORKERS of them; -n 0 after ./test.sh runs them in this one). Each test file runs whole
-# on one process, so its module fixtures (a judge server, a small build) are made once; the apptest
-# run that many files share is built by the first process that needs it while the others wait.
+# on one process, so its module fixtures (a judge server, a small build) are made once; files are
+# handed out in collection order, the longest first (tests/conftest.py); the apptest run that many
+# files share is built by the first process that needs it while the others wait.
 workers="${VQLC_TEST_WORKERS:-$(nproc 2>/dev/null || echo 1)}"
 [ "$workers" -le 4 ] || workers=4
-exec .venv/bin/python -m pytest -n "$workers" --dist loadfile "$@"
+exec .venv/bin/python -m pytest -n "$workers" --dist loadfile --no-loadscope-reorder "$@"

@@ -82,7 +82,7 @@ def test_out_of_memory_halves_the_batch_and_names_the_option_at_one():
 
 
 @pytest.mark.slow
-def test_the_apptest_run_builds_end_to_end_with_bfloat16_compute_and_with_bfloat16_weights():
+def test_the_apptest_run_builds_end_to_end_with_bfloat16_compute_and_with_bfloat16_weights(tmp_path):
     """The apptest settings (MiniLM, 300 MR sentences, K = 20, full fine-tuning) with --dtype
     bfloat16, and a frozen MiniLM loaded in bfloat16 (--weights bfloat16): both finish every
     stage, record how their weights were loaded, and give concepts and a classifier that beats
@@ -90,8 +90,10 @@ def test_the_apptest_run_builds_end_to_end_with_bfloat16_compute_and_with_bfloat
     from vqlc_core.pipeline.config import preset
     from vqlc_core.pipeline.build import build
 
-    cache = CACHE / "test_device"
-    shutil.rmtree(cache, ignore_errors=True)
+    cache = tmp_path / "cache"  # its own runs; the downloads, datasets and models are the repository's
+    cache.mkdir()
+    for sub in ("downloads", "datasets", "models"):
+        (cache / sub).symlink_to(CACHE / sub, target_is_directory=True)
     try:
         runs = {
             # VQLC alone and no instruments: what is checked is the bf16 path through every stage, and
