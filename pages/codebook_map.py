@@ -3,15 +3,15 @@
 import streamlit as st
 
 import vqlc_ui
-from vqlc_core.views import maps
 
 run, method = vqlc_ui.sidebar(need=("maps",))
 st.title(f"Codebook map: {method}")
 st.caption("One point per concept (UMAP of the concept vectors, computed at build time): size = members, "
            "colour = dominant class. Click a point to open the concept.")
 cs = vqlc_ui.concepts(str(run.dir), vqlc_ui.stamp(run), method)
-df = maps.plot_frame(vqlc_ui.concept_map(str(run.dir), vqlc_ui.stamp(run), method), cs.label)
-event = st.plotly_chart(maps.map_figure(df, run.class_names), on_select="rerun", selection_mode="points",
+# drawn once per run, method and concept names (a label written since redraws it)
+fig = vqlc_ui.map_figure(str(run.dir), vqlc_ui.stamp(run), method, tuple(map(cs.label, range(cs.n_concepts))))
+event = st.plotly_chart(fig, on_select="rerun", selection_mode="points",
                         key=f"map_{method}", width="stretch")
 
 points = (event.selection.get("points") if event else None) or []

@@ -17,8 +17,8 @@ _quiet = logging.getLogger(_cache_data_api.__name__)
 _level = _quiet.level
 _quiet.setLevel(logging.ERROR)
 try:
-    from .loaders import (ablate, cache_dir, cloud, concept_map, concepts, evaluation, explain, explainer, instruments,
-                          load_run,
+    from .loaders import (ablate, cache_dir, cloud, concept_map, concepts, corpus_figures, evaluation, explain, explainer,
+                          instruments, load_run, map_figure,
                           prediction_members, stamp, texts, tokens, warm_up)
     from .escape import plain
     from .views import ablation_panel, colored_sentence, concept_picture, concept_view
@@ -30,7 +30,7 @@ finally:
     _quiet.setLevel(_level)
 
 __all__ = ["EXAMPLE", "ablate", "app_navigation", "build_messages", "ablation_panel", "cache_dir", "cloud", "colored_sentence", "contributions",
-           "concept_map", "additive_view", "options", "prediction_panel", "ranked_list", "sentence", "word_contexts", "concept_picture", "concept_view", "concepts", "evaluation", "explain", "explained_text",
+           "concept_map", "corpus_figures", "additive_view", "options", "prediction_panel", "ranked_list", "sentence", "word_contexts", "concept_picture", "concept_view", "concepts", "evaluation", "explain", "explained_text",
            "explainer", "guard", "instruments",
-           "load_run", "persisted", "pin_button", "plain", "prediction_members", "rebuild_button",
+           "load_run", "map_figure", "persisted", "pin_button", "plain", "prediction_members", "rebuild_button",
            "sidebar", "stamp", "text_input", "text_key", "texts", "tokens", "warm_up", "well_formed_typing"]

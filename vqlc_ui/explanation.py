@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import html
 
-import plotly.express as px
 import streamlit as st
 
 from vqlc_core.views import browse, names, waterfall
@@ -15,7 +14,8 @@ from vqlc_core.views.nearest import MAX_ROWS
 from vqlc_core.pipeline.run import Run
 
 from .escape import literal_html, plain
-from .loaders import beyond_the_class, concepts, nearest_contexts, prediction_members, stamp
+from .loaders import (beyond_the_class, concepts, deletion_figure, nearest_contexts, prediction_members, stamp,
+                      waterfall_figure)
 from .tags import card_line
 from .widgets import guard, persisted, text_key
 
@@ -77,7 +77,7 @@ def additive_view(ex: dict, method: str, key: str, top: int = waterfall.TOP, lab
     if m.get("contributions") is None:
         st.caption("This explanation was stored without concept contributions; type the sentence again.")
         return False
-    fig = waterfall.waterfall_figure(m, ex["confidence"], ex["prediction"], top=top, label_width=label_width)
+    fig = waterfall_figure(m, ex["confidence"], ex["prediction"], top, label_width)  # drawn once per record
     st.plotly_chart(fig, width="stretch", key=f"waterfall_{key}")
     return True
 
@@ -116,11 +116,14 @@ def contributions(ex: dict, method: str, key: str, run: Run | None = None) -> No
                f"share {m['interaction']:.2f} (0: the scores add up to the joint drop).", help=WATERFALL_HELP)
     ranked_list(ex, method, run)
     if m.get("deletion"):
-        with st.expander(f"Deletion curve: p('{pred}') as the ranked concepts are removed together"):
-            curve = [ex["confidence"]] + list(m["deletion"])
-            fig = px.line(x=list(range(len(curve))), y=curve, markers=True, height=220,
-                          labels={"x": "concepts removed (ranked order)", "y": f"p({ex['prediction']})"})
-            st.plotly_chart(fig, width="stretch", key=f"deletion_{key}")
+        # on_change="rerun": the curve is drawn when the expander is opened, not on the page's first load
+        # (a plotly chart costs the browser as much drawn hidden as shown)
+        box = st.expander(f"Deletion curve: p('{pred}') as the ranked concepts are removed together",
+                          key=f"deletion_open_{key}", on_change="rerun")
+        if box.open:
+            with box:
+                curve = (ex["confidence"], *map(float, m["deletion"]))
+                st.plotly_chart(deletion_figure(curve, ex["prediction"]), width="stretch", key=f"deletion_{key}")
 
 
 def word_contexts(run: Run, method: str, ex: dict, text: str, key: str, n: int = 3) -> None:

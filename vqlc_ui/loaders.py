@@ -102,6 +102,52 @@ def instruments(run_dir: str, version: int):
     return tables.instrument_table(run), (None if rows.empty else instrument.dose_curves(rows))
 
 
+# Figures, drawn once and shared by every session: plotly express takes 0.1-0.3 s a figure (more
+# under load), which a page paid on every run of every session. A cached figure is only read:
+# st.plotly_chart serialises it and changes nothing in it.
+@st.cache_resource(show_spinner=False, max_entries=8)
+def corpus_figures(run_dir: str, version: int) -> dict:
+    """The Compare page's corpus-level charts and tables of one run (faithfulness, dose-response
+    (None without instruments), cost), drawn once per run."""
+    from vqlc_core.views import browse, charts
+
+    faith, measures = evaluation(run_dir, version)
+    curves = instruments(run_dir, version)[1]
+    cost = browse.cost_table(measures)
+    return {"faith_figure": charts.faithfulness_figure(faith), "faith_table": charts.display_frame(faith),
+            "dose_figure": None if curves is None else charts.dose_figure(curves),
+            "cost_figure": charts.cost_figure(cost), "cost_table": charts.display_frame(cost)}
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def map_figure(run_dir: str, version: int, method: str, names: tuple[str, ...]):
+    """The Codebook map of one method (`maps.map_figure`), drawn once per run, method and set of
+    concept names (`names`: every concept's label now, so a label written since redraws it)."""
+    from vqlc_core.views import maps
+
+    name_of = dict(enumerate(names))
+    df = maps.plot_frame(concept_map(run_dir, version, method), lambda k: name_of[int(k)])
+    return maps.map_figure(df, load_run(run_dir, version).class_names)
+
+
+@st.cache_resource(show_spinner=False, max_entries=512)
+def waterfall_figure(record: dict, confidence: float, prediction: str, top: int, label_width: int):
+    """`waterfall.waterfall_figure` of one method's explanation record, drawn once per record
+    (the record as shown: its concepts under their current names)."""
+    from vqlc_core.views import waterfall
+
+    return waterfall.waterfall_figure(record, confidence, prediction, top=top, label_width=label_width)
+
+
+@st.cache_resource(show_spinner=False, max_entries=512)
+def deletion_figure(curve: tuple[float, ...], prediction: str):
+    """The deletion curve of an explanation: p(prediction) as its ranked concepts are removed together."""
+    import plotly.express as px
+
+    return px.line(x=list(range(len(curve))), y=list(curve), markers=True, height=220,
+                   labels={"x": "concepts removed (ranked order)", "y": f"p({prediction})"})
+
+
 @st.cache_data(show_spinner=False, max_entries=32)
 def beyond_the_class(run_dir: str, version: int, method: str) -> dict | None:
     """`tables.beyond_the_class` read once per run and method, not on every rerun of Explain or Compare."""

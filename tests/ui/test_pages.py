@@ -239,22 +239,33 @@ def test_saving_a_label_says_so_once_after_the_page_reruns(apptest_run, tmp_path
 @pytest.mark.slow
 def test_compare_shows_the_three_methods_and_the_faithfulness_table(cache_env):
     at = rendered(page("compare", text=SENTENCE), "compare")
-    assert [s.value for s in at.subheader] == ["VQLC", "K-Means", "LACOAT", "Faithfulness",
-                                                "Against energy-matched controls", "Beyond the single cut"]
-    assert any("| VQLC | prediction concept | matched concept |" in m.value for m in at.markdown)
-    assert any("| dose | 0.25 | VQLC | prediction concept − matched concept |" in m.value for m in at.markdown)
-    assert any("| comprehensiveness | 1 | IG salient words | salient words − random words" in m.value
-               for m in at.markdown)
+    # only the open tab (the first) is drawn; each other tab is drawn when it is chosen
+    assert [s.value for s in at.subheader] == ["VQLC", "K-Means", "LACOAT", "Faithfulness"]
+    assert {"Faithfulness", "Against matched controls", "Beyond the single cut", "Cost and codebook use",
+            "Linguistic tags"} <= {t.label for t in at.tabs}
     assert len(html_bodies(at)) == 3
-    faith, cost = (d.value for d in at.dataframe[:2])
+    specs = plotly_specs(at)
+    faith = at.dataframe[0].value
+    shown_as = json.loads(at.dataframe[0].proto.columns)  # numbers as rounded, not cut at four decimals
+    tab = {}
+    for name in ("Against matched controls", "Beyond the single cut", "Cost and codebook use"):
+        at.session_state["compare_tab"] = name
+        rendered(at, f"compare ({name})")
+        tab[name] = {"markdown": [m.value for m in at.markdown], "dataframe": [d.value for d in at.dataframe]}
+        assert [s.value for s in at.subheader][3:] == ([] if name.startswith("Cost") else [
+            "Against energy-matched controls" if name.startswith("Against") else name])
+        specs += plotly_specs(at)[3:]
+    assert any("| VQLC | prediction concept | matched concept |" in m for m in tab["Against matched controls"]["markdown"])
+    beyond = tab["Beyond the single cut"]["markdown"]
+    assert any("| dose | 0.25 | VQLC | prediction concept − matched concept |" in m for m in beyond)
+    assert any("| comprehensiveness | 1 | IG salient words | salient words − random words" in m for m in beyond)
+    cost = tab["Cost and codebook use"]["dataframe"][0]
     assert set(faith["method"]) == {"control", "K-Means", "LACOAT", "VQLC"}
     assert {"global mean", "random direction", "random concept", "prediction concept"} <= set(faith["target"])
     assert (faith["drop, 95% CI low"] <= faith["mean confidence drop"]).all() and "energy removed" in faith
     assert set(cost["method"]) == {"VQLC", "K-Means", "LACOAT"}
     assert not [c for c in [*faith.columns, *cost.columns] if "_" in c]  # no raw column name
-    shown_as = json.loads(at.dataframe[0].proto.columns)  # numbers as rounded, not cut at four decimals
     assert shown_as["mean confidence drop"]["type_config"]["format"] == "%g"
-    specs = plotly_specs(at)
     falls, specs = specs[:3], specs[3:]  # each method's waterfall for the input, then the corpus charts
     confidence = float(at.markdown[0].value.split("(confidence ")[1].rstrip(")"))
     for fall in falls:  # each adds up to the prediction, under the method's own concept names
