@@ -20,6 +20,7 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MKL_NUM_THREADS="${MKL_NUM_THREAD
 # on one process, so its module fixtures (a judge server, a small build) are made once; files are
 # handed out in collection order, the longest first (tests/conftest.py); the apptest run that many
 # files share is built by the first process that needs it while the others wait.
-workers="${VQLC_TEST_WORKERS:-$(nproc 2>/dev/null || echo 1)}"
+# (nproc without OMP_NUM_THREADS, which it would otherwise report: the cores this process may use)
+workers="${VQLC_TEST_WORKERS:-$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || echo 1)}"
 [ "$workers" -le 4 ] || workers=4
 exec .venv/bin/python -m pytest -n "$workers" --dist loadfile --no-loadscope-reorder "$@"
