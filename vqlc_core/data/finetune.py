@@ -35,6 +35,7 @@ MODEL_FILE, HEAD_FILE, INFO_FILE = "model.safetensors", "head.safetensors", "fin
 
 log = logging.getLogger(__name__)
 TIMED_STEPS = 4  # steps timed for the estimate, the first a warm-up
+FUSED_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)  # AdamW(fused=True) takes these
 DEV_SHARE = 0.4  # a dev pass's cost per character against a training step's (forward only; 0.39 on MiniLM)
 
 
@@ -103,8 +104,12 @@ def finetune(backbone: Backbone, texts_df, class_names: list[str], cfg: Finetune
                      "trainable weights %.1f GB, activations of %d x %d tokens a part %.1f GB; estimated)",
                      backbone.device, mem["total"] / 2**30, mem["weights"] / 2**30, sum(p.numel() for p in params) / 1e6,
                      mem["optimizer"] / 2**30, part_rows, backbone.max_length, mem["activations"] / 2**30)
+            # the fused kernel: the same update as the per-tensor loop, a seventh of its time on MiniLM on one CPU
+            # thread (0.10 s against 0.71 s a step, beside other work)
+            fused = all(p.device.type in ("cpu", "cuda") and p.dtype in FUSED_DTYPES for p in params)
             opt = torch.optim.AdamW([{"params": params[:-2], "peak_lr": plan.learning_rate},
-                                     {"params": params[-2:], "peak_lr": plan.head_learning_rate}], weight_decay=0.01)
+                                     {"params": params[-2:], "peak_lr": plan.head_learning_rate}], weight_decay=0.01,
+                                    fused=fused or None)
 
             def save(epoch: int, step: int, history: list[dict], best) -> None:
                 """A checkpoint: the trained weights, the best epoch's, the optimizer's state and the progress."""
