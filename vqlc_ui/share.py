@@ -9,6 +9,8 @@ puts its state back with `publish`, which also shows the link, with a copy butto
 
 from __future__ import annotations
 
+import html
+
 import streamlit as st
 
 from vqlc_core.base.runio import RunError
@@ -17,9 +19,51 @@ from vqlc_core.views import links
 from . import loaders
 
 _RESTORED, _PENDING, _VIEW = "_share_restored", "_share_pending", "_share_view"
-# The whole link wraps in the narrow sidebar, and its copy button stays in view (Streamlit shows it on hover only).
-_LINK_STYLE = ('<style>[data-testid="stSidebar"] [data-testid="stCode"] button '
-               "{opacity: 1 !important; visibility: visible !important;}</style>")
+# The link is drawn as plain HTML with a copy button of its own, not with st.code: st.code loads
+# Streamlit's syntax highlighter (1.5 MB of JavaScript, every language's grammar), and running it
+# was most of the browser's work on a page's first load (bench/first_load.py: the renderer's script
+# time on Case study 2.2-2.9 s with it, 0.5-0.7 s without, under load 8-9). The whole link wraps in the
+# narrow sidebar, and its copy button is always in view. One listener per browser page copies the
+# link of the button clicked (navigator.clipboard where the page is a secure context, as on
+# 127.0.0.1; else a selection copied with execCommand).
+_LINK_STYLE = """<style>
+.vqlc-link {display: flex; align-items: flex-start; gap: 0.25rem; background: rgba(128, 128, 128, 0.1);
+            border-radius: 0.5rem; padding: 0.5rem 0.25rem 0.5rem 0.75rem;}
+.vqlc-link code {flex: 1; min-width: 0; white-space: pre-wrap; overflow-wrap: anywhere; word-break: break-all;
+                 background: none; padding: 0; font-size: 0.8rem; line-height: 1.5; color: inherit;}
+.vqlc-link button {flex: none; border: none; background: none; cursor: pointer; padding: 0 0.25rem; color: inherit;
+                   font-size: 1rem; line-height: 1.2; opacity: 1; visibility: visible;}
+.vqlc-link button:hover {color: #ff4b4b;}
+</style>
+<script>
+if (!window.vqlcCopyLink) {
+  window.vqlcCopyLink = true;
+  document.addEventListener("click", (e) => {
+    const button = e.target instanceof Element ? e.target.closest(".vqlc-link button") : null;
+    if (!button) return;
+    const code = button.parentElement.querySelector("code");
+    const text = code.textContent;
+    const done = () => { button.textContent = "\u2713"; setTimeout(() => { button.textContent = "\u29c9"; }, 1500); };
+    if (navigator.clipboard && window.isSecureContext) {
+      navigator.clipboard.writeText(text).then(done);
+    } else {
+      const range = document.createRange();
+      range.selectNodeContents(code);
+      const sel = window.getSelection();
+      sel.removeAllRanges();
+      sel.addRange(range);
+      if (document.execCommand("copy")) done();
+      sel.removeAllRanges();
+    }
+  }, true);
+}
+</script>"""
+
+
+def link_html(link: str) -> str:
+    """The sidebar's link as HTML (the link escaped) with its copy button (see `_LINK_STYLE`)."""
+    return (f'<div class="vqlc-link" data-testid="vqlcLink"><code>{html.escape(link)}</code>'
+            '<button type="button" title="Copy the link" aria-label="Copy the link">\u29c9</button></div>')
 
 
 # --- from the URL --------------------------------------------------------------------------------
@@ -93,5 +137,4 @@ def publish(**state) -> None:
         st.query_params.from_dict(params)
     with view["box"].container():
         st.caption("Link to this view (the button at its right copies it)")
-        st.html(_LINK_STYLE)
-        st.code(links.link(st.context.url, params), language=None, wrap_lines=True)
+        st.html(_LINK_STYLE + link_html(links.link(st.context.url, params)), unsafe_allow_javascript=True)

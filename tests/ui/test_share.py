@@ -6,6 +6,7 @@ themselves (vqlc_core.views.links) are tested without Streamlit in test_links.py
 
 from __future__ import annotations
 
+import html
 import re
 
 import pytest
@@ -42,7 +43,9 @@ def metrics(at: AppTest) -> dict[str, str]:
 
 
 def shown_link(at: AppTest) -> str:
-    (code,) = [c.value for c in at.get("code")]
+    """The link the sidebar shows (as HTML, escaped, beside its copy button: `share.link_html`)."""
+    (code,) = [html.unescape(re.search(r"<code>(.*?)</code>", h.value, re.S).group(1)) for h in at.sidebar.html
+               if 'class="vqlc-link"' in h.value]
     return code
 
 
