@@ -156,7 +156,8 @@ def main() -> None:
               f"{' <= ' if row['first_s'] <= TARGET_S else '  > '}{TARGET_S}{before}   {row['weight']}")
     out = {"run": args.run_dir.resolve().name, "viewport": "1400x900", "cpus": os.cpu_count(),
            "measure": "first_s: first load in a fresh browser context, the server warm (it served every page "
-                      "once and is idle); cold_server_s: the server's own first visit of the page",
+                      "once and is idle); cold_server_s: the server's own first visit of the page; weight: what the "
+                      "browser held on the last timed visit",
            "target_s": TARGET_S, "repeats": args.repeats,
            "served_with": {v or "current": " ".join(launcher(r)) for v, r in versions.items()},
            **({"baseline": str(args.baseline)} if args.baseline else {}), "pages": rows}

@@ -147,6 +147,24 @@ def latency_goal(rows) -> str:
             f"(p95 {r['p95_ms']} ms, p50 {r['p50_ms']} ms, {r['p95_ms'] / 300:.2f}× the goal).")
 
 
+def first_load_table(result) -> list[str]:
+    """`bench/first_load.py`'s pages: each page's first load with the server warm (median), this
+    checkout beside the baseline it was measured with, the load average and what the browser held."""
+    if not result:
+        return ["_not run yet_"]
+    base = "baseline_first_s" in result["pages"][0]
+    rows = ["| page | first load (s) | " + ("before (s) | " if base else "") + "load average | JavaScript (MB) | "
+            "DOM nodes | plotly charts | page height (px) |",
+            "|---|---:|" + ("---:|" if base else "") + "---:|---:|---:|---:|---:|"]
+    for r in result["pages"]:
+        w = r.get("weight", {})
+        js = f"{w['js_bytes'] / 1e6:.1f}" if "js_bytes" in w else ""
+        rows.append(f"| {r['page']} | {r['first_s']:.2f} | " + (f"{r['baseline_first_s']:.2f} | " if base else "")
+                    + f"{r['load_average_1min']:.1f} | {js} | {w.get('dom_nodes', '')} | {w.get('plotly_charts', '')} | "
+                      f"{w.get('page_height_px', '')} |")
+    return rows
+
+
 def page() -> str:
     """The whole of docs/benchmarks.md, from bench/results/."""
     missed = RES / "notes.md"
@@ -231,6 +249,12 @@ def page() -> str:
         "## 6. Time to quality",
         "",
         notes("time_to_quality"),
+        "## 7. First load of each page",
+        "",
+        notes("first_load").strip(),
+        "",
+        *first_load_table(load("first_load")),
+        "",
         "## Other measurements",
         "",
         notes("other").rstrip("\n"),
