@@ -17,6 +17,7 @@ import streamlit as st
 
 from vqlc_core.pipeline.run import Run, cache_dir_default, default_run, is_built, list_runs
 from vqlc_core.evaluate import instrument, tables
+from vqlc_core.views import maps  # here, not in the map's loader: the server imports it before it listens
 
 
 def cache_dir() -> Path:
@@ -123,8 +124,6 @@ def corpus_figures(run_dir: str, version: int) -> dict:
 def map_figure(run_dir: str, version: int, method: str, names: tuple[str, ...]):
     """The Codebook map of one method (`maps.map_figure`), drawn once per run, method and set of
     concept names (`names`: every concept's label now, so a label written since redraws it)."""
-    from vqlc_core.views import maps
-
     name_of = dict(enumerate(names))
     df = maps.plot_frame(concept_map(run_dir, version, method), lambda k: name_of[int(k)])
     return maps.map_figure(df, load_run(run_dir, version).class_names)
