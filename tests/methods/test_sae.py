@@ -285,6 +285,10 @@ def test_the_command_writes_the_comparison_that_the_compare_page_shows(sae_run, 
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert "Against SAE features" in [t.label for t in at.tabs]  # a tab of the per-method figures
+    assert not any(m.value.strip() == out.strip() for m in at.markdown)  # Compare draws only its open tab
+    at.session_state["compare_tab"] = "Against SAE features"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
     assert any(m.value.strip() == out.strip() for m in at.markdown)
 
 
