@@ -201,6 +201,45 @@ def measure(name: str, n: int, latency: bool) -> dict:
     return out
 
 
+def favours(got: dict) -> str:
+    """Which figures of one run favour which intervention, per measure and method: 'local' or 'global'
+    where the two 95% intervals do not overlap (or, for the orders, where the paired difference's
+    interval excludes 0), else 'neither'."""
+    def side(lo: list[float], gl: list[float], better: str) -> str:
+        if better == "one":  # closer to 1: the intervals of the distance from 1
+            dist = lambda v: [0.0, 0.0 if v[1] <= 1 <= v[2] else min(abs(1 - v[1]), abs(1 - v[2])),  # noqa: E731
+                              max(abs(1 - v[1]), abs(1 - v[2]))]
+            lo, gl, better = dist(lo), dist(gl), "lower"
+        if better == "lower":
+            return "local" if lo[2] < gl[1] else "global" if gl[2] < lo[1] else "neither"
+        return "local" if lo[1] > gl[2] else "global" if gl[1] > lo[2] else "neither"
+
+    measures = [("one concept flips (fewer)", "flip_share", "lower"), ("Σ singles / joint (closer to 1)",
+                "singles_over_joint_median", "one"), ("interaction share (lower)", "interaction_median", "lower")]
+    if got["polarity"]:
+        measures += [("strongest lexicon word's concept in top 3", "lexicon_top3", "higher"),
+                     ("any agreeing lexicon word's concept in top 3", "lexicon_any_top3", "higher"),
+                     ("opposite-sign word listed as supporting (fewer)", "lexicon_opposite_supporting", "lower")]
+    parts = []
+    for label, key, better in measures:
+        sides = {NAMES.get(m, m): side(r["local"][key], r["global"][key], better) for m, r in got["methods"].items()
+                 if key in r["local"] and key in r["global"]}
+        if key == "lexicon_top3":  # paired over the same sentences: the difference's interval
+            sides = {NAMES.get(m, m): ("local" if d[1] > 0 else "global" if d[2] < 0 else "neither")
+                     for m, r in got["methods"].items() for d in [r["lexicon_top3_local_minus_global"]]}
+            label += " (paired)"
+        parts.append(f"{label}: " + ", ".join(f"{m} {v}" for m, v in sides.items()))
+    # deletion: within each intervention, does its own order beat the other one's (paired difference)?
+    order = {}
+    for m, r in got["methods"].items():
+        d_loc, d_glo = r["local"]["aopc_local_minus_global"], r["global"]["aopc_local_minus_global"]
+        own_loc = "local order" if d_loc[1] > 0 else "global order" if d_loc[2] < 0 else "neither"
+        own_glo = "global order" if d_glo[2] < 0 else "local order" if d_glo[1] > 0 else "neither"
+        order[NAMES.get(m, m)] = f"{own_loc} under local, {own_glo} under global"
+    parts.append("deletion AOPC, the better order (paired): " + ", ".join(f"{m} {v}" for m, v in order.items()))
+    return "Which intervention each figure favours (95% intervals apart): " + "; ".join(parts) + "."
+
+
 def page() -> str:
     """docs/results/attribution.md from every stored bench/results/attribution_<run>.json."""
     f = lambda v: f"{v[0]:.3f} [{v[1]:.3f}, {v[2]:.3f}]"  # noqa: E731
@@ -247,6 +286,7 @@ def page() -> str:
                              f"{f(x['aopc_random'])} |" + (f" {pc(x['lexicon_top3'])} | {pc(x.get('lexicon_any_top3', [float('nan')] * 3))} | "
                                                            f"{pc(x['lexicon_opposite_supporting'])} |"
                                                            if got["polarity"] else ""))
+        lines += ["", favours(got)]
         if got["polarity"]:
             lines += ["", "Lexicon, a random order (expected share in the top 3), strongest word and any word: " + ", ".join(
                 f"{NAMES.get(m, m)} {pc(r['lexicon_top3_random'])} and {pc(r.get('lexicon_any_top3_random', [float('nan')] * 3))}"
