@@ -23,11 +23,17 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 
 
+OUTPUTS = ("bench/results", "docs")  # what benches and generators write, not what they run
+
+
 def _commit() -> str:
     try:
         done = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
                               cwd=ROOT, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+        # "+changes" is code that differs from the commit; written results and docs do not change what a bench
+        # measures (a bench run while another's results await their commit stays at the commit)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                *(f":(exclude){p}" for p in OUTPUTS)], capture_output=True,
                                text=True, cwd=ROOT, timeout=10).stdout.strip()
         return done.stdout.strip() + ("+changes" if dirty else "") if done.returncode == 0 else "unknown"
     except (OSError, subprocess.SubprocessError):

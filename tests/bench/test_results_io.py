@@ -30,3 +30,27 @@ def test_rows_stay_a_list_with_the_provenance_beside_them(tmp_path, monkeypatch)
 def test_a_result_written_before_provenance_was_recorded_says_none(tmp_path):
     (tmp_path / "old.json").write_text("[1, 2]")
     assert read_provenance(tmp_path / "old.json") is None and read_result(tmp_path / "old.json") == [1, 2]
+
+
+def test_a_result_or_doc_awaiting_its_commit_is_not_a_change_of_the_code(tmp_path, monkeypatch):
+    import subprocess
+
+    import results_io
+
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+
+    for name in ("bench/results/a.json", "docs/page.md", "code.py"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("0\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "first")
+    monkeypatch.setattr(results_io, "ROOT", tmp_path)
+    assert not results_io._commit().endswith("+changes")
+    (tmp_path / "bench/results/a.json").write_text("1\n")
+    (tmp_path / "docs/page.md").write_text("1\n")
+    assert not results_io._commit().endswith("+changes")  # written outputs only
+    (tmp_path / "code.py").write_text("1\n")
+    assert results_io._commit().endswith("+changes")
