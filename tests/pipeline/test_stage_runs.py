@@ -107,9 +107,9 @@ def test_auto_precision_takes_what_a_finished_stage_was_built_with(apptest_run):
     with pytest.raises(RunError, match=rf"built with --finetune-dtype {built}, not {other}; pass --rebuild finetune"):
         check_settings(run, cfg.replace(finetune_dtype=other), ["finetune"])
     # "auto" resolves to a precision before training, and finetune.json records which
-    from vqlc_core.base.hardware import native_bf16
+    from vqlc_core.base.hardware import fast_bf16
 
-    assert FinetuneConfig().plan("full", 0).dtype == ("bfloat16" if native_bf16() else "float32")
+    assert FinetuneConfig().plan("full", 0).dtype == ("bfloat16" if fast_bf16() else "float32")
     assert FinetuneConfig(finetune_dtype="bfloat16").plan("full", 0).dtype == "bfloat16"
     import json
 

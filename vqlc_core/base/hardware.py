@@ -1,10 +1,13 @@
 """What the machine it runs on computes fast: whether the CPU does bf16 arithmetic natively (AVX-512 BF16
-or AMX), and so which precision an "auto" setting means.
+or AMX), whether bf16 is also the faster precision to train in (AMX), and so which precision an
+"auto" setting means.
 
 Where bf16 is emulated (AVX2 or AVX-512 without BF16) a bf16 autocast forward and backward is
 slower than fp32, not faster: fine-tuning MiniLM on MR took 2.1 s a step in bf16 against 0.67 s
-in fp32 on such a CPU (one thread, batch 32), while on a CPU with AVX-512 BF16 bf16 was the
-faster one (fp32 1.57× its step time).
+in fp32 on such a CPU (one thread, batch 32). AVX-512 BF16 alone is not enough either: on a Xeon
+with it and without AMX a step took 1.40 s in bf16 against 0.92 s in fp32 on one thread, and 0.82 s
+against 0.59 s on two (`bench/finetune_precision.py`), so "auto" trains in bf16 only on AMX, whose
+tile units are what make bf16 matrix products several times faster than fp32.
 
 torch is imported by the functions that use it, so the settings (`AUTO`, `DEVICES_HELP`,
 `check_device_name`) and a command line that only reads them import none.
@@ -31,12 +34,20 @@ def native_bf16() -> bool:
                 or getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)())
 
 
+def fast_bf16() -> bool:
+    """Whether training in bfloat16 is faster than in float32 on this CPU: where it has AMX tiles
+    (see the module's docstring: AVX-512 BF16 alone computes bf16 but was slower to train in)."""
+    import torch
+
+    return bool(getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)())
+
+
 def resolve_dtype(name: str) -> str:
-    """A precision setting with "auto" resolved: "bfloat16" where the CPU has native bf16,
-    "float32" elsewhere; "float32" and "bfloat16" are returned as they are."""
+    """A precision setting with "auto" resolved: "bfloat16" where bf16 is the faster precision to
+    train in (`fast_bf16`), "float32" elsewhere; "float32" and "bfloat16" are returned as they are."""
     if name != AUTO:
         return name
-    return "bfloat16" if native_bf16() else "float32"
+    return "bfloat16" if fast_bf16() else "float32"
 
 
 def usable_cores() -> int:
