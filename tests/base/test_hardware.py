@@ -83,7 +83,7 @@ def test_out_of_memory_halves_the_batch_and_names_the_option_at_one():
 
 @pytest.mark.slow
 def test_the_apptest_run_builds_end_to_end_with_bfloat16_compute_and_with_bfloat16_weights(tmp_path):
-    """The apptest settings (MiniLM, 300 MR sentences, K = 20, full fine-tuning) with --dtype
+    """The apptest settings on 120 MR sentences (MiniLM, K = 10, full fine-tuning) with --dtype
     bfloat16, and a frozen MiniLM loaded in bfloat16 (--weights bfloat16): both finish every
     stage, record how their weights were loaded, and give concepts and a classifier that beats
     chance."""
@@ -98,10 +98,10 @@ def test_the_apptest_run_builds_end_to_end_with_bfloat16_compute_and_with_bfloat
         runs = {
             # VQLC alone and no instruments: what is checked is the bf16 path through every stage, and
             # a bf16 backward is slow on a CPU (the other methods add fits and ablations, nothing bf16)
-            "bf16-compute": preset("default", run="bf16-compute", limit=300, n_concepts=20, faithfulness_texts=20,
+            "bf16-compute": preset("default", run="bf16-compute", limit=120, n_concepts=10, faithfulness_texts=10,
                                    cache_dir=cache, dtype="bfloat16", device="cpu", methods=["vqlc"],
                                    instrument_texts=0),
-            "bf16-weights": preset("default", run="bf16-weights", limit=300, n_concepts=20, faithfulness_texts=20,
+            "bf16-weights": preset("default", run="bf16-weights", limit=120, n_concepts=10, faithfulness_texts=10,
                                    cache_dir=cache, weights="bfloat16", finetune="none", methods=["vqlc"],
                                    instrument_texts=0),
         }
@@ -117,9 +117,10 @@ def test_the_apptest_run_builds_end_to_end_with_bfloat16_compute_and_with_bfloat
                 ig = read_json(run.dir / "eval" / "measures.json")["integrated_gradients"]
                 assert ig["completeness_error_max"] < 1e-3, ig
             acc = run.classifier_metrics["accuracy"]
+            print(f"{name}: accuracy {acc}")
             assert acc["train"] > 0.6 and (acc["dev"] + acc["test"]) / 2 > 0.55, (name, acc)
             cs = run.concepts("vqlc")
-            assert cs.n_concepts >= 20 and len(np.unique(cs.assignments)) > 10 and np.isfinite(run.store.read(np.arange(50))).all()
+            assert cs.n_concepts >= 10 and len(np.unique(cs.assignments)) > 5 and np.isfinite(run.store.read(np.arange(50))).all()
             # the dashboard's explainer on the run as it is opened again, on this machine's device
             from vqlc_core.pipeline.run import open_run
 

@@ -39,7 +39,7 @@ def gather(eval_dir: Path, name: str, frame: pd.DataFrame, facts: dict | None = 
         return [(frame, facts or {})]
     parts = Path(eval_dir) / PARTS
     r = distributed.rank()
-    write_parquet(parts / f"{name}.{r}.parquet", _plain(frame))
+    write_parquet(parts / f"{name}.{r}.parquet", plain(frame))
     write_json(parts / f"{name}.{r}.json", facts or {})
     distributed.barrier()  # every rank's part is written
     if not distributed.is_main():
@@ -71,7 +71,7 @@ def by_sentence(df: pd.DataFrame, seeds: list[int]) -> pd.DataFrame:
     return df.sort_values(["_s", "text_index"], kind="stable").drop(columns="_s").reset_index(drop=True)
 
 
-def _plain(frame: pd.DataFrame) -> pd.DataFrame:
+def plain(frame: pd.DataFrame) -> pd.DataFrame:
     """The frame without its attrs (they go in the facts file)."""
     out = frame.copy(deep=False)
     out.attrs = {}
