@@ -209,7 +209,7 @@ def evaluate(run, predicted: np.ndarray | None = None) -> dict:
                 measures = {m: method_measures(run, method, cs) for m, (method, cs) in methods.items()}
         # the summaries run without the attrs (every sentence's IG facts), which pandas would deep-copy
         # into each of the thousands of frames derived from them (17 s of a 94 s profile): kept above
-        parts.append(shards.plain(rows.assign(seed=seed)))
+        parts.append(shards.plain(rows).assign(seed=seed))
         if n_instrument:
             instrumented.append(instrument(explainer, instrument_texts, probe, seed=seed, cov=cov, positions=(EVERY,),
                                            progress=distributed.is_main()).assign(seed=seed))
