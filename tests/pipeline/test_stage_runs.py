@@ -114,7 +114,9 @@ def test_auto_precision_takes_what_a_finished_stage_was_built_with(apptest_run):
     import json
 
     recorded = json.loads((run.dir / "finetune" / "finetune.json").read_text())["config"]["dtype"]
-    assert recorded == (built if built != "auto" else FinetuneConfig().plan("full", 0).dtype)
+    # a precision, never "auto"; what "auto" picked depends on the machine and rule the run was built
+    # under (a run kept from before "auto" moved to float32 on AVX-512 BF16 holds bfloat16)
+    assert recorded in ("float32", "bfloat16") and (built == "auto" or recorded == built)
 
 
 def test_more_train_texts_than_the_prediction_budget_leave_the_word_rows_alone(frozen):
